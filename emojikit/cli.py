@@ -1,0 +1,133 @@
+"""The `emojikit` command line. An EmojikitError prints as one line and exits with status 2."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import get_args
+
+import click
+from pydantic import BaseModel
+
+from emojikit.errors import EmojikitError
+from emojikit.registry import KINDS, get_registry
+from emojikit.secrets import scrub
+
+KIND_ALIASES = {k.replace("_", "-"): k for k in KINDS}
+
+
+def friendly_errors(fn):
+    """Turn a user-fixable error into `emojikit: error: <one line>` and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EmojikitError as exc:
+            message = " ".join(scrub(str(exc)).split("\n"))
+            click.echo(f"emojikit: error: {message}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+def _kind(value: str) -> str:
+    kind = KIND_ALIASES.get(value, value)
+    if kind not in KINDS:
+        raise click.BadParameter(f"{value!r} is not a component kind; kinds: {', '.join(KIND_ALIASES)}")
+    return kind
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="emojikit")
+def cli():
+    """Teach language models to communicate in emoji."""
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
+@click.option("--resume", is_flag=True, help="Continue the run in the recipe's run directory from its last checkpoint.")
+@friendly_errors
+def run(recipe: Path, overrides: tuple[str, ...], resume: bool):
+    """Validate RECIPE, then run it (data, sft, grpo or eval)."""
+    from emojikit.recipe import load_recipe
+    from emojikit.runs import RunDir
+
+    loaded = load_recipe(recipe, list(overrides))
+    runner = loaded.runner()  # imported before the run directory is touched
+    with RunDir(loaded.out, resume=resume, recipe_toml=loaded.to_toml()) as run_dir:
+        runner(loaded, run_dir)
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
+@friendly_errors
+def validate(recipe: Path, overrides: tuple[str, ...]):
+    """Check RECIPE (every component config and input file) without running it."""
+    from emojikit.recipe import load_recipe
+
+    loaded = load_recipe(recipe, list(overrides))
+    parts = ", ".join(f"{t}={c.spec.name}" for t, c in loaded.components.items())
+    click.echo(f"{recipe}: ok ({loaded.kind}: {parts}; run directory {loaded.out})")
+
+
+@cli.command("list-plugins")
+@click.option("--kind", "kind", default=None, help="Only this component kind.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: components and load failures.")
+@friendly_errors
+def list_plugins(kind: str | None, as_json: bool):
+    """List installed components: kind, name, plugin, distribution and version, summary."""
+    registry = get_registry()
+    components = registry.components(_kind(kind) if kind else None)
+    if as_json:
+        out = {
+            "kinds": list(KINDS),
+            "components": [
+                {"kind": c.kind, "name": c.name, "plugin": c.plugin, "distribution": c.distribution, "version": c.version, "summary": c.summary}
+                for c in components
+            ],
+            "failures": [f.__dict__ for f in registry.failures],
+        }
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    for c in components:
+        origin = f"{c.plugin} ({c.distribution} {c.version})".strip()
+        click.echo(f"{c.kind:<14} {c.name:<14} {origin:<34} {c.summary}")
+    for f in registry.failures:
+        click.echo(f"FAILED         {f.plugin:<14} {f.distribution:<34} {f.error}")
+
+
+def _type_name(annotation) -> str:
+    text = getattr(annotation, "__name__", None) if not get_args(annotation) else None
+    return text or str(annotation).replace("typing.", "").replace("pathlib.", "")
+
+
+@cli.command()
+@click.argument("kind")
+@click.argument("name")
+@friendly_errors
+def describe(kind: str, name: str):
+    """Show every config field of a component: type, default and help."""
+    spec = get_registry().get(_kind(kind), name)
+    click.echo(f"{spec.kind} {spec.name}: {spec.summary}")
+    click.echo(f"  from plugin {spec.plugin} ({spec.distribution} {spec.version})")
+    model: type[BaseModel] = spec.config
+    if not model.model_fields:
+        click.echo("  (no settings)")
+    for field_name, field in model.model_fields.items():
+        default = "required" if field.is_required() else json.dumps(field.get_default(call_default_factory=True), default=str, ensure_ascii=False)
+        click.echo(f"  {field_name}: {_type_name(field.annotation)} = {default}")
+        if field.description:
+            click.echo(f"      {field.description}")
+
+
+def main() -> None:
+    cli(prog_name="emojikit")
+
+
+if __name__ == "__main__":
+    main()

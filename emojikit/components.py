@@ -1,0 +1,131 @@
+"""The component spec every hook returns, and the interfaces of the six component kinds.
+
+Interfaces are Protocols so plugins need not inherit from anything; the training loops and
+the game speak only to these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, runtime_checkable
+
+from pydantic import BaseModel
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a factory may know about the run it is built for."""
+
+    seed: int = 0
+    run_dir: Optional[Path] = None
+    recipe_path: Optional[Path] = None
+
+
+@dataclass
+class Component:
+    """A component spec: what a hook implementation returns.
+
+    `factory(config, ctx)` builds the component; heavy imports (torch, SDKs) belong inside it
+    so listing plugins stays fast. `preflight(config, ctx)` runs during recipe validation,
+    before any model loads or network call: check files exist and API keys are set there.
+    """
+
+    name: str
+    summary: str
+    config: type[BaseModel]
+    factory: Callable[[Any, BuildContext], Any]
+    preflight: Optional[Callable[[Any, BuildContext], None]] = None
+    # Filled by the registry: which plugin and distribution provided the component.
+    kind: str = ""
+    plugin: str = ""
+    distribution: str = ""
+    version: str = ""
+
+
+# --- prompt sources and teachers -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Message:
+    text: str
+    category: str = "unknown"
+
+
+@runtime_checkable
+class PromptSource(Protocol):
+    def messages(self, n: Optional[int] = None) -> Iterator[Message]:
+        """Yield up to n messages (all if None), deterministic for the build seed."""
+
+
+@runtime_checkable
+class Teacher(Protocol):
+    def answer(self, messages: Sequence[Message]) -> list[Optional[str]]:
+        """Emoji answers, one per message; None where no valid 2-8 emoji answer was obtained."""
+
+
+# --- game: judges and rewards ----------------------------------------------------------
+
+
+@dataclass
+class JudgeView:
+    """What a judge sees of one episode: every emoji turn so far and its own earlier guesses."""
+
+    emoji_turns: list[str]
+    guesses: list[str] = field(default_factory=list)
+
+
+@runtime_checkable
+class Judge(Protocol):
+    def guess(self, views: Sequence[JudgeView]) -> list[str]:
+        """One reconstructed message per view (batched)."""
+
+
+@dataclass
+class EpisodeTurn:
+    emoji: str  # the sender's decoded text for this turn
+    valid: bool  # passed the decoder's format check
+    guess: str = ""
+    similarity: float = 0.0
+
+
+@dataclass
+class Episode:
+    target: str
+    category: str = "unknown"
+    turns: list[EpisodeTurn] = field(default_factory=list)
+    success: bool = False
+    reward: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Reward(Protocol):
+    success_threshold: float
+
+    def similarity(self, targets: Sequence[str], guesses: Sequence[str]) -> list[float]:
+        """Similarity in [-1, 1] for each (target, guess) pair, batched."""
+
+    def score(self, episodes: Sequence[Episode]) -> list[dict[str, float]]:
+        """A breakdown per finished episode; the key "total" is the reward."""
+
+
+# --- decoders --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FormatCheck:
+    valid: bool
+    n_emoji: int
+    reason: str = ""
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    min_emoji: int
+    max_emoji: int
+
+    def check(self, text: str) -> FormatCheck:
+        """Validate a whole sample (used where logits cannot be masked, and for metrics)."""
+
+    def bind(self, tokenizer: Any) -> Any:
+        """A `policy.TokenConstraint` for this tokenizer, or None if the decoder masks nothing."""

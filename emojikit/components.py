@@ -77,8 +77,14 @@ class JudgeView:
 
 @runtime_checkable
 class Judge(Protocol):
+    """Reconstructs messages from emoji.
+
+    Optional: `add_candidates(texts: Sequence[str]) -> None`. The game calls it with its
+    targets before play when a judge has it; a retrieval judge adds them to its pool.
+    """
+
     def guess(self, views: Sequence[JudgeView]) -> list[str]:
-        """One reconstructed message per view (batched)."""
+        """One reconstructed message per view (batched); "" where there is nothing to read."""
 
 
 @dataclass
@@ -87,6 +93,9 @@ class EpisodeTurn:
     valid: bool  # passed the decoder's format check
     guess: str = ""
     similarity: float = 0.0
+    # The policy's Sample (prompt_tokens, tokens, logprobs) for building training datums;
+    # not part of the episode's JSON (see game.episode_to_json).
+    sample: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass

@@ -105,6 +105,9 @@ class Policy(Protocol):
     def encode_prompt(self, messages: ChatMessages) -> list[int]:
         """Prompt tokens under the model's chat template, with the assistant turn opened."""
 
+    def encode_completion(self, text: str) -> list[int]:
+        """Tokens of an assistant answer followed by the end-of-turn token, as sampled."""
+
     def decode(self, tokens: Sequence[int]) -> str: ...
 
     def sample(self, prompts: Sequence[ChatMessages], n: int, params: SamplingParams, decoder: Any = None) -> list[list[Sample]]:

@@ -1,0 +1,164 @@
+"""Supervised fine-tuning: one loop against Policy, readable top to bottom.
+
+Loss falls on the assistant's tokens only. Data order is a pure function of (seed, step),
+so a resumed run sees exactly the batches it would have seen.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator
+
+from emojikit.config import ConfigModel
+from emojikit.errors import InputFileError
+from emojikit.io import read_jsonl
+
+MAKE_DATA = "emojikit run recipes/data.toml"
+
+
+class SFTSettings(ConfigModel):
+    train_file: Path = Field(Path("runs/data/sft_train.jsonl"), description="Chat-format JSONL made by a data recipe.")
+    test_file: Path = Field(Path("runs/data/sft_test.jsonl"), description="Held-out chat-format JSONL (eval NLL, final report).")
+    max_train_examples: Optional[int] = Field(None, ge=1, description="Use only the first N training examples.")
+    batch_size: int = Field(16, ge=1)
+    learning_rate: float = Field(5e-4, gt=0)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    epochs: int = Field(1, ge=1, description="Passes over the training set (ignored when steps is set).")
+    steps: Optional[int] = Field(None, ge=1, description="Optimizer steps; overrides epochs.")
+    eval_every: int = Field(50, ge=0, description="Test-set NLL every N steps (0: never).")
+    eval_examples: int = Field(64, ge=1)
+    sample_every: int = Field(50, ge=0, description="Sample the fixed prompts every N steps (0: never).")
+    sample_prompts: int = Field(4, ge=1)
+    save_every: int = Field(100, ge=0, description="Checkpoint every N steps (0: only at the end).")
+    max_new_tokens: int = Field(24, ge=1)
+    report_examples: int = Field(100, ge=0, description="Held-out prompts in the final format report (0: skip).")
+    report_temperature: float = Field(0.7, ge=0)
+
+    @field_validator("train_file", "test_file")
+    @classmethod
+    def _exists(cls, path: Path) -> Path:
+        if not path.exists():
+            raise ValueError(f"file not found: {path} (make it with: {MAKE_DATA})")
+        return path
+
+
+def load_chats(path: Path, limit: Optional[int] = None) -> list[list[dict]]:
+    """Chat examples ({"messages": [...]} ending with the assistant's answer)."""
+    chats = []
+    for number, row in enumerate(read_jsonl(path), start=1):
+        messages = row.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages) or messages[-1]["role"] != "assistant":
+            raise InputFileError(f"{path}:{number}: expected {{\"messages\": [...]}} ending with an assistant message")
+        chats.append(messages)
+        if limit and len(chats) >= limit:
+            break
+    if not chats:
+        raise InputFileError(f"{path}: no examples")
+    return chats
+
+
+def chat_datum(policy, messages: list[dict]):
+    """A Datum with loss on the assistant's answer (and its end-of-turn token) only."""
+    from emojikit.policy import Datum
+
+    prompt = policy.encode_prompt(messages[:-1])
+    answer = policy.encode_completion(messages[-1]["content"])
+    tokens = prompt + answer
+    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(answer)
+    return Datum(model_input=tokens[:-1], target_tokens=tokens[1:], weights=weights)
+
+
+def learning_rate(settings: SFTSettings, step: int, total: int) -> float:
+    base = settings.learning_rate
+    if step < settings.warmup_steps:
+        return base * (step + 1) / settings.warmup_steps
+    progress = (step - settings.warmup_steps) / max(1, total - settings.warmup_steps)
+    if settings.lr_schedule == "linear":
+        return base * max(0.0, 1.0 - progress)
+    if settings.lr_schedule == "cosine":
+        return base * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return base
+
+
+def batch_indices(n_examples: int, batch_size: int, step: int, seed: int) -> list[int]:
+    """Indices of the batch at `step`: epochs are seeded permutations laid end to end."""
+    start = step * batch_size
+    out = []
+    while len(out) < batch_size:
+        epoch, offset = divmod(start + len(out), n_examples)
+        order = list(range(n_examples))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        out.extend(order[offset : offset + batch_size - len(out)])
+    return out
+
+
+def test_nll(policy, datums) -> float:
+    logprobs = policy.compute_logprobs(datums)
+    total = sum(-lp * w for d, lps in zip(datums, logprobs) for lp, w in zip(lps, d.weights))
+    count = sum(sum(d.weights) for d in datums)
+    return total / max(count, 1e-9)
+
+
+def run(recipe, run_dir) -> None:
+    from tqdm import tqdm
+
+    from emojikit.evaluate import format_report, write_report
+    from emojikit.policy import AdamParams, SamplingParams
+
+    s: SFTSettings = recipe.settings["sft"]
+    train = load_chats(s.train_file, s.max_train_examples)
+    test = load_chats(s.test_file)
+    steps = s.steps or s.epochs * math.ceil(len(train) / s.batch_size)
+
+    policy = recipe.build("backend", run_dir.path)
+    decoder = recipe.build("decoder", run_dir.path) if recipe.has("decoder") else None
+
+    start = 0
+    if run_dir.resume and (latest := run_dir.latest_checkpoint()):
+        start, path = latest
+        policy.load(str(path))
+        run_dir.truncate("metrics.jsonl", start)
+        print(f"resuming from {path} (step {start})")
+
+    test_datums = [chat_datum(policy, chat) for chat in test[: s.eval_examples]]
+    sample_chats = [chat[:-1] for chat in test[: s.sample_prompts]]
+    sample_params = SamplingParams(max_tokens=s.max_new_tokens, temperature=s.report_temperature, seed=recipe.seed)
+
+    bar = tqdm(range(start, steps), initial=start, total=steps, desc="sft", unit="step")
+    for step in bar:
+        t0 = time.time()
+        batch = [train[i] for i in batch_indices(len(train), s.batch_size, step, recipe.seed)]
+        datums = [chat_datum(policy, chat) for chat in batch]
+        lr = learning_rate(s, step, steps)
+        out = policy.forward_backward(datums, "cross_entropy")
+        optim = policy.optim_step(AdamParams(learning_rate=lr))
+        done = step + 1
+        row = {"step": done, "loss": out.loss, "lr": lr, "tokens": out.n_tokens, **{f"optim/{k}": v for k, v in optim.items()}}
+        if s.eval_every and (done % s.eval_every == 0 or done == steps):
+            row["test_nll"] = test_nll(policy, test_datums)
+        if s.sample_every and (done % s.sample_every == 0 or done == steps):
+            samples = policy.sample(sample_chats, 1, sample_params, None)
+            for chat, (sample,) in zip(sample_chats, samples):
+                run_dir.log("samples.jsonl", {"step": done, "prompt": chat[-1]["content"], "answer": sample.text})
+                tqdm.write(f"[step {done}] {chat[-1]['content'][:60]!r} -> {sample.text}")
+        row["seconds"] = time.time() - t0
+        run_dir.log("metrics.jsonl", row)
+        bar.set_postfix(loss=f"{out.loss:.3f}", lr=f"{lr:.1e}")
+        if (s.save_every and done % s.save_every == 0) or done == steps:
+            with run_dir.new_checkpoint(done) as tmp:
+                policy.save(str(tmp))
+    bar.close()
+
+    final = run_dir.checkpoint_path(steps)
+    if s.report_examples:
+        prompts = [chat[:-1] for chat in test[: s.report_examples]]
+        report = format_report(policy, decoder, prompts, temperature=s.report_temperature, max_tokens=s.max_new_tokens, seed=recipe.seed)
+        write_report(report, run_dir.path, "eval_sft", title=f"SFT format report: {final}")
+    print(f"final adapter: {final}")

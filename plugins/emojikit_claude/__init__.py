@@ -1,0 +1,1 @@
+"""Claude components: a prompt source, a teacher and a judge on the Anthropic API."""

@@ -1,0 +1,123 @@
+"""Loading a causal LM and its tokenizer, offline-first.
+
+The bundled SmolLM2 ships as a GGUF file; transformers dequantizes it on every load (~20 s),
+so the fp32 weights are saved once to the emojikit cache and later loads read those (~1-2 s).
+Other plugins (the local-LM judge, the benchmarks) load models through here too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from emojikit import bundled
+from emojikit.errors import ConfigError, ModelUnavailableError
+
+DTYPES = ("float32", "bfloat16")
+_BUNDLED_CACHE = ("models", "smollm2-135m-instruct")
+
+
+def resolve_device(device: str = "auto") -> str:
+    """'auto' picks cuda, then mps, then cpu."""
+    import torch
+
+    if device != "auto":
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def resolve_dtype(dtype: str):
+    import torch
+
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    return getattr(torch, dtype)
+
+
+def clear_quantization_markers(model) -> None:
+    """A GGUF-loaded model is float32 but still flagged as quantized, which makes peft and
+    the Trainer refuse or mis-handle it; drop the flags."""
+    for attr in ("hf_quantizer", "quantization_method"):
+        if hasattr(model, attr):
+            setattr(model, attr, None)
+    if hasattr(model, "is_quantized"):
+        model.is_quantized = False
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+
+
+def _unavailable(model: str, exc: BaseException) -> ModelUnavailableError:
+    first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return ModelUnavailableError(
+        f"model {model!r} is not available offline ({first_line}); download it once with "
+        f"`huggingface-cli download {model}` (without HF_HUB_OFFLINE), or set model to a local "
+        f"directory or to {bundled.SMOLLM2!r}"
+    )
+
+
+def _cached_bundled_dir() -> Path:
+    return bundled.cache_dir(*_BUNDLED_CACHE)
+
+
+def _write_bundled_cache(model) -> None:
+    """Save the dequantized weights atomically: a temp dir, then one rename."""
+    final = _cached_bundled_dir()
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
+    try:
+        model.save_pretrained(str(tmp))
+        if final.exists() and not any(final.iterdir()):
+            final.rmdir()  # cache_dir() creates it empty
+        os.rename(tmp, final)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race; its copy is equal
+
+
+def load_model(model: str, dtype: str = "float32", device: str = "auto"):
+    """A causal LM in eval mode with plain (unquantized) weights, on the resolved device."""
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = resolve_dtype(dtype)
+    if model == bundled.SMOLLM2:
+        cached = _cached_bundled_dir()
+        if (cached / "config.json").exists():
+            lm = AutoModelForCausalLM.from_pretrained(str(cached), dtype=torch_dtype)
+        else:
+            path, kwargs = bundled.resolve_model(model)
+            lm = AutoModelForCausalLM.from_pretrained(path, dtype="float32", **kwargs)
+            clear_quantization_markers(lm)
+            _write_bundled_cache(lm)
+            lm = lm.to(torch_dtype)
+    else:
+        path, kwargs = bundled.resolve_model(model)
+        try:
+            lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kwargs)
+        except OSError as exc:
+            raise _unavailable(model, exc) from None
+    clear_quantization_markers(lm)
+    lm.eval()
+    return lm.to(resolve_device(device))
+
+
+def load_tokenizer(model: str):
+    """The model's tokenizer, with a pad token (the EOS token when it has none)."""
+    try:
+        tokenizer = bundled.load_tokenizer(model)
+    except (OSError, ValueError) as exc:
+        raise _unavailable(model, exc) from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model_and_tokenizer(model: str, dtype: str = "float32", device: str = "auto") -> tuple[Any, Any]:
+    """(model, tokenizer) for a model reference: `bundled:smollm2-135m-instruct`, a local path,
+    or a Hugging Face id (from the local cache only when HF_HUB_OFFLINE is set)."""
+    tokenizer = load_tokenizer(model)  # first: it fails fastest when the model is missing
+    return load_model(model, dtype=dtype, device=device), tokenizer

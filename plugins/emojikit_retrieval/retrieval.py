@@ -1,0 +1,155 @@
+"""The `retrieval` judge: reads emoji by their CLDR names and retrieves the nearest message
+from a candidate pool by MiniLM similarity.
+
+The query of an episode is built from all its emoji turns so far: each turn's emoji names
+joined ("pizza, fork and knife with plate") are embedded, and the query is the weighted sum
+of the turn embeddings, turn t (from 0) weighing `later_turn_weight ** t`, so a correcting
+turn can outweigh the first one. The judge never repeats a guess it already made in the
+episode: its earlier guesses (JudgeView.guesses) are masked out of the pool.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+from pydantic import Field
+
+from emojikit import emojis
+from emojikit.components import BuildContext, JudgeView
+from emojikit.config import ConfigModel, ExistingPath
+from emojikit.errors import ConfigError, InputFileError, PluginError
+from emojikit.io import read_jsonl
+
+DISTRACTOR_SOURCE = "generated"  # the offline prompt source of plugins/emojikit_text
+DISTRACTOR_SEED_OFFSET = 1_000_003  # distractors must not be the run's own targets
+
+
+class RetrievalConfig(ConfigModel):
+    pool_file: Optional[ExistingPath] = Field(
+        None,
+        description='JSONL of candidate messages (one object with a "text" key per line); when set, distractors are drawn from it.',
+    )
+    distractors: int = Field(
+        256,
+        ge=0,
+        description="How many distractor messages join the pool (besides the game's targets): drawn, seeded, from pool_file "
+        f"when set, otherwise from the `{DISTRACTOR_SOURCE}` prompt source. 0 for none.",
+    )
+    later_turn_weight: float = Field(
+        1.5, gt=0, description="Turn t (from 0) weighs later_turn_weight**t in the query; above 1, corrections count more."
+    )
+
+
+def read_pool_file(path: Path) -> list[str]:
+    """The "text" of every row; a row without one is an error naming file:line."""
+    line_numbers = [n for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
+    texts = []
+    for number, row in zip(line_numbers, read_jsonl(path)):
+        text = row.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise InputFileError(f"{path}:{number}: expected a non-empty \"text\" string")
+        texts.append(text.strip())
+    return texts
+
+
+def _generated_available() -> bool:
+    from emojikit.registry import get_registry
+
+    try:
+        get_registry().get("prompt_source", DISTRACTOR_SOURCE)
+    except PluginError:
+        return False
+    return True
+
+
+def preflight(cfg: RetrievalConfig, ctx: BuildContext) -> None:
+    if cfg.distractors > 0 and cfg.pool_file is None and not _generated_available():
+        raise ConfigError(
+            f"distractors: no pool_file is set and no `{DISTRACTOR_SOURCE}` prompt source is installed "
+            "(plugin emojikit_text); set pool_file or distractors = 0"
+        )
+
+
+def draw_distractors(cfg: RetrievalConfig, ctx: BuildContext) -> list[str]:
+    if cfg.distractors == 0:
+        return []
+    seed = ctx.seed + DISTRACTOR_SEED_OFFSET
+    if cfg.pool_file is not None:
+        pool = list(dict.fromkeys(read_pool_file(cfg.pool_file)))
+        return pool if len(pool) <= cfg.distractors else random.Random(seed).sample(pool, cfg.distractors)
+    preflight(cfg, ctx)
+    from emojikit.registry import get_registry
+
+    spec = get_registry().get("prompt_source", DISTRACTOR_SOURCE)
+    source = spec.factory(spec.config(), BuildContext(seed=seed, run_dir=ctx.run_dir, recipe_path=ctx.recipe_path))
+    return [m.text for m in source.messages(cfg.distractors)]
+
+
+class RetrievalJudge:
+    def __init__(self, candidates: Sequence[str] = (), later_turn_weight: float = 1.5, minilm=None):
+        from emojikit.embedding import get_minilm
+
+        self.minilm = minilm or get_minilm()
+        self.later_turn_weight = later_turn_weight
+        self.candidates: list[str] = []
+        self._index: dict[str, int] = {}
+        self._emb_P_D = np.zeros((0, self.minilm.dim), dtype=np.float32)
+        self._pending: list[str] = []
+        self.add_candidates(candidates)
+
+    def add_candidates(self, texts: Sequence[str]) -> None:
+        """Add messages to the pool (duplicates ignored); embedded in one batch at the next guess."""
+        for text in texts:
+            text = text.strip()
+            if text and text not in self._index:
+                self._index[text] = len(self.candidates)
+                self.candidates.append(text)
+                self._pending.append(text)
+
+    def _pool(self) -> np.ndarray:
+        if self._pending:
+            self._emb_P_D = np.vstack([self._emb_P_D, self.minilm.encode(self._pending)])
+            self._pending = []
+        return self._emb_P_D
+
+    @staticmethod
+    def turn_names(emoji_text: str) -> str:
+        return emojis.names_text(emojis.split(emoji_text))
+
+    def guess(self, views: Sequence[JudgeView]) -> list[str]:
+        if not views:
+            return []
+        pool_P_D = self._pool()
+        names_per_view = [[self.turn_names(t) for t in v.emoji_turns] for v in views]
+        texts = list(dict.fromkeys(n for names in names_per_view for n in names if n))
+        emb = dict(zip(texts, self.minilm.encode(texts))) if texts else {}
+
+        query_B_D = np.zeros((len(views), self.minilm.dim), dtype=np.float32)
+        readable_B = np.zeros(len(views), dtype=bool)
+        for b, names in enumerate(names_per_view):
+            for t, n in enumerate(names):
+                if n:
+                    query_B_D[b] += (self.later_turn_weight**t) * emb[n]
+                    readable_B[b] = True
+        # Cosine, not dot: normalising keeps weights relative however many turns there are.
+        query_B_D /= np.maximum(np.linalg.norm(query_B_D, axis=1, keepdims=True), 1e-12)
+        scores_B_P = query_B_D @ pool_P_D.T
+
+        out = []
+        for b, view in enumerate(views):
+            if not readable_B[b] or pool_P_D.shape[0] == 0:
+                out.append("")  # nothing to read (or nothing to retrieve from)
+                continue
+            for earlier in view.guesses:
+                if earlier in self._index:
+                    scores_B_P[b, self._index[earlier]] = -np.inf
+            best = int(np.argmax(scores_B_P[b]))
+            out.append("" if scores_B_P[b, best] == -np.inf else self.candidates[best])
+        return out
+
+
+def build(cfg: RetrievalConfig, ctx: BuildContext) -> RetrievalJudge:
+    return RetrievalJudge(draw_distractors(cfg, ctx), later_turn_weight=cfg.later_turn_weight)

@@ -125,6 +125,68 @@ def describe(kind: str, name: str):
             click.echo(f"      {field.description}")
 
 
+@cli.command("eval-sft")
+@click.option("--checkpoint", default="base", show_default=True, help='A checkpoint directory, or "base" for the start model.')
+@click.option("--recipe", "recipe_path", default="recipes/sft.toml", show_default=True, type=click.Path(path_type=Path), help="SFT recipe giving the backend, decoder and test file.")
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
+@click.option("-n", "--examples", default=100, show_default=True, help="Held-out prompts to sample.")
+@click.option("--temperature", default=0.7, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: the checkpoint's run directory, or runs/eval-sft-base).")
+@friendly_errors
+def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, temperature: float, out: Path | None):
+    """Format compliance of sampled answers on held-out prompts, with and without the emoji mask."""
+    from emojikit.errors import InputFileError
+    from emojikit.evaluate import format_report, write_report
+    from emojikit.recipe import load_recipe
+    from emojikit.sft import load_chats
+
+    recipe = load_recipe(recipe_path, list(overrides))
+    if checkpoint != "base" and not Path(checkpoint).is_dir():
+        raise InputFileError(f"--checkpoint {checkpoint}: not a checkpoint directory")
+    settings = recipe.settings["sft"]
+    prompts = [chat[:-1] for chat in load_chats(settings.test_file, examples)]
+    out = out or (Path(checkpoint).parent.parent if checkpoint != "base" else Path("runs/eval-sft-base"))
+    policy = recipe.build("backend", out)
+    if checkpoint != "base":
+        policy.load(checkpoint, with_optimizer=False)
+    decoder = recipe.build("decoder", out) if recipe.has("decoder") else None
+    report = format_report(policy, decoder, prompts, temperature=temperature, max_tokens=settings.max_new_tokens)
+    report["checkpoint"] = checkpoint
+    stem = "eval_sft" if checkpoint == "base" else f"eval_sft_{Path(checkpoint).name}"
+    json_path, md_path = write_report(report, out, stem, title=f"SFT format report: {checkpoint}")
+    click.echo(md_path.read_text())
+    click.echo(f"wrote {json_path} and {md_path}")
+
+
+@cli.command("eval")
+@click.option("--recipe", "recipe_path", default="recipes/eval.toml", show_default=True, type=click.Path(path_type=Path))
+@click.option("--checkpoint", "checkpoints", multiple=True, help='Checkpoint directory or "base" (repeatable; compared side by side).')
+@click.option("--targets", type=click.Path(path_type=Path), default=None, help="Targets: one message per line, or JSONL with a text field.")
+@click.option("--judge", default=None, help="Judge component to use instead of the recipe's.")
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: the recipe's out).")
+@friendly_errors
+def eval_game(recipe_path: Path, checkpoints, targets, judge, overrides, out):
+    """The held-out retrieval game for several checkpoints: same targets, judge and seed."""
+    from emojikit.recipe import load_recipe
+    from emojikit.runs import RunDir
+
+    extra = list(overrides)
+    if checkpoints:
+        extra.append("eval.checkpoints=[" + ", ".join(json.dumps(c) for c in checkpoints) + "]")
+    if targets:
+        extra.append(f"eval.targets_file={json.dumps(str(targets))}")
+    if judge:
+        extra.append(f"judge={{ use = {json.dumps(judge)} }}")  # a whole new table: the old keys may not apply
+    if out:
+        extra.append(f"out={json.dumps(str(out))}")
+    recipe = load_recipe(recipe_path, extra)
+    existing = recipe.out.exists() and any(p.name != ".lock" for p in recipe.out.iterdir())
+    # Reports are replaced atomically, so re-evaluating into the same directory is safe.
+    with RunDir(recipe.out, resume=existing, recipe_toml=recipe.to_toml()) as run_dir:
+        recipe.runner()(recipe, run_dir)
+
+
 def main() -> None:
     cli(prog_name="emojikit")
 

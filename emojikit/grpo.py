@@ -7,8 +7,6 @@ advantage) -> KL against the start policy -> forward_backward -> optim_step -> m
 
 from __future__ import annotations
 
-import json
-import random
 import statistics
 import time
 from pathlib import Path
@@ -66,8 +64,6 @@ def resolve_start(settings: GRPOSettings) -> Optional[str]:
         return None
     if settings.start_from != "auto":
         return settings.start_from
-    from emojikit.runs import RunDir
-
     checkpoints = settings.sft_run / "checkpoints"
     steps = sorted((int(p.name[5:]), p) for p in checkpoints.glob("step_*") if p.name[5:].isdigit()) if checkpoints.exists() else []
     return str(steps[-1][1]) if steps else None
@@ -98,6 +94,7 @@ def run(recipe, run_dir) -> None:
     from tqdm import tqdm
 
     from emojikit.game import episode_to_json, play
+    from emojikit.interrupt import Interrupted, graceful_stop
     from emojikit.policy import AdamParams, SamplingParams
     from emojikit.sft import batch_indices
 
@@ -137,69 +134,73 @@ def run(recipe, run_dir) -> None:
         evals[0] = {"step": 0, **evaluate_game(policy, decoder, judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
         run_dir.log(EVAL_FILE, evals[0])
 
-    sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=g.temperature)
-    bar = tqdm(range(start, g.steps), initial=start, total=g.steps, desc="grpo", unit="step")
-    for step in bar:
-        t0 = time.time()
-        batch = [train[i] for i in batch_indices(len(train), g.batch_size, step, recipe.seed)]
-        sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=g.temperature, seed=recipe.seed * 100_003 + step)
-        episodes = play(policy, decoder, judge, reward, batch, settings=game, sampling=sampling, group_size=g.group_size)
-        t_play = time.time() - t0
-        breakdowns = reward.score(episodes)
-        rewards = [b["total"] for b in breakdowns]
+    stop_hint = f"resume with: emojikit run {recipe.path} --resume"
+    with graceful_stop() as stop:
+        bar = tqdm(range(start, g.steps), initial=start, total=g.steps, desc="grpo", unit="step")
+        for step in bar:
+            t0 = time.time()
+            batch = [train[i] for i in batch_indices(len(train), g.batch_size, step, recipe.seed)]
+            sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=g.temperature, seed=recipe.seed * 100_003 + step)
+            episodes = play(policy, decoder, judge, reward, batch, settings=game, sampling=sampling, group_size=g.group_size)
+            t_play = time.time() - t0
+            breakdowns = reward.score(episodes)
+            rewards = [b["total"] for b in breakdowns]
 
-        # Group-relative advantages; a group whose rewards are all equal teaches nothing.
-        datums, skipped_groups = [], 0
-        for i in range(len(batch)):
-            group = slice(i * g.group_size, (i + 1) * g.group_size)
-            rewards_G = rewards[group]
-            if max(rewards_G) - min(rewards_G) < 1e-9:
-                skipped_groups += 1
-                continue
-            for episode, advantage in zip(episodes[group], group_advantages(rewards_G, g.normalize_std)):
-                datums.extend(episode_datums(episode, advantage, decoded=True))
+            # Group-relative advantages; a group whose rewards are all equal teaches nothing.
+            datums, skipped_groups = [], 0
+            for i in range(len(batch)):
+                group = slice(i * g.group_size, (i + 1) * g.group_size)
+                rewards_G = rewards[group]
+                if max(rewards_G) - min(rewards_G) < 1e-9:
+                    skipped_groups += 1
+                    continue
+                for episode, advantage in zip(episodes[group], group_advantages(rewards_G, g.normalize_std)):
+                    datums.extend(episode_datums(episode, advantage, decoded=True))
 
-        row = {"step": step + 1, "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards), **summarize(episodes)}
-        row["skipped_groups"] = skipped_groups
-        sampled = [t.sample for ep in episodes for t in ep.turns if t.sample is not None]
-        n_sampled = sum(len(s.tokens) for s in sampled)
-        row["entropy_estimate"] = -sum(lp for s in sampled for lp in s.logprobs) / max(n_sampled, 1)  # mean sampled-token NLL
-        row["sampled_tokens_per_s"] = n_sampled / max(t_play, 1e-9)
+            row = {"step": step + 1, "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards), **summarize(episodes)}
+            row["skipped_groups"] = skipped_groups
+            sampled = [t.sample for ep in episodes for t in ep.turns if t.sample is not None]
+            n_sampled = sum(len(s.tokens) for s in sampled)
+            row["entropy_estimate"] = -sum(lp for s in sampled for lp in s.logprobs) / max(n_sampled, 1)  # mean sampled-token NLL
+            row["sampled_tokens_per_s"] = n_sampled / max(t_play, 1e-9)
 
-        if datums:
-            # KL to the start policy, per sender token, folded into the advantages.
-            ref_logprobs = policy.compute_logprobs(datums, temperature=g.temperature, decoder=decoder, reference=True)
-            kl_sum = kl_n = 0.0
-            for d, ref in zip(datums, ref_logprobs):
-                for t, w in enumerate(d.weights):
-                    if w:
-                        kl = d.logprobs[t] - ref[t]
-                        kl_sum, kl_n = kl_sum + kl, kl_n + 1
-                        d.advantages[t] -= g.kl_coef * kl
-            row["kl"] = kl_sum / max(kl_n, 1)
-            out = policy.forward_backward(datums, g.loss, temperature=g.temperature, decoder=decoder, clip=g.clip)
-            optim = policy.optim_step(AdamParams(learning_rate=g.learning_rate))
-            row.update({"loss": out.loss, "trained_tokens": out.n_tokens, **out.metrics, **{f"optim/{k}": v for k, v in optim.items()}})
-        row["datums"] = len(datums)
-        row["step_seconds"] = time.time() - t0
+            if datums:
+                # KL to the start policy, per sender token, folded into the advantages.
+                ref_logprobs = policy.compute_logprobs(datums, temperature=g.temperature, decoder=decoder, reference=True)
+                kl_sum = kl_n = 0.0
+                for d, ref in zip(datums, ref_logprobs):
+                    for t, w in enumerate(d.weights):
+                        if w:
+                            kl = d.logprobs[t] - ref[t]
+                            kl_sum, kl_n = kl_sum + kl, kl_n + 1
+                            d.advantages[t] -= g.kl_coef * kl
+                row["kl"] = kl_sum / max(kl_n, 1)
+                out = policy.forward_backward(datums, g.loss, temperature=g.temperature, decoder=decoder, clip=g.clip)
+                optim = policy.optim_step(AdamParams(learning_rate=g.learning_rate))
+                row.update({"loss": out.loss, "trained_tokens": out.n_tokens, **out.metrics, **{f"optim/{k}": v for k, v in optim.items()}})
+            row["datums"] = len(datums)
+            row["step_seconds"] = time.time() - t0
 
-        done = step + 1
-        for i in range(min(g.log_groups, len(batch))):
-            for ep in episodes[i * g.group_size : (i + 1) * g.group_size]:
-                run_dir.log(EPISODES_FILE, {"step": done, "group": i, **episode_to_json(ep)})
-        if heldout and g.eval_every and done % g.eval_every == 0 and done != g.steps:
-            evals[done] = {"step": done, **evaluate_game(policy, decoder, judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
-            run_dir.log(EVAL_FILE, evals[done])
-            row["eval_success_rate"], row["eval_similarity"] = evals[done]["success_rate"], evals[done]["similarity"]
-        run_dir.log(METRICS_FILE, row)
-        bar.set_postfix(reward=f"{row['reward_mean']:.3f}", success=f"{row['success_rate']:.2f}")
-        if (g.save_every and done % g.save_every == 0) or done == g.steps:
-            if heldout and done == g.steps and done not in evals:
+            done = step + 1
+            for i in range(min(g.log_groups, len(batch))):
+                for ep in episodes[i * g.group_size : (i + 1) * g.group_size]:
+                    run_dir.log(EPISODES_FILE, {"step": done, "group": i, **episode_to_json(ep)})
+            if heldout and g.eval_every and done % g.eval_every == 0 and done != g.steps:
                 evals[done] = {"step": done, **evaluate_game(policy, decoder, judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
                 run_dir.log(EVAL_FILE, evals[done])
-            with run_dir.new_checkpoint(done) as tmp:
-                policy.save(str(tmp))
-    bar.close()
+                row["eval_success_rate"], row["eval_similarity"] = evals[done]["success_rate"], evals[done]["similarity"]
+            run_dir.log(METRICS_FILE, row)
+            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", success=f"{row['success_rate']:.2f}")
+            if (g.save_every and done % g.save_every == 0) or done == g.steps or stop:
+                if heldout and done == g.steps and done not in evals:
+                    evals[done] = {"step": done, **evaluate_game(policy, decoder, judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
+                    run_dir.log(EVAL_FILE, evals[done])
+                with run_dir.new_checkpoint(done) as tmp:
+                    policy.save(str(tmp))
+            if stop:
+                bar.close()
+                raise Interrupted(f"stopped by {stop.signal_name} after step {done} (checkpoint saved); {stop_hint}")
+        bar.close()
 
     if heldout and g.steps in evals:
         table = before_after_table(evals[0], evals[g.steps])

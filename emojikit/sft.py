@@ -110,6 +110,7 @@ def run(recipe, run_dir) -> None:
     from tqdm import tqdm
 
     from emojikit.evaluate import format_report, write_report
+    from emojikit.interrupt import Interrupted, graceful_stop
     from emojikit.policy import AdamParams, SamplingParams
 
     s: SFTSettings = recipe.settings["sft"]
@@ -125,36 +126,42 @@ def run(recipe, run_dir) -> None:
         start, path = latest
         policy.load(str(path))
         run_dir.truncate("metrics.jsonl", start)
+        run_dir.truncate("samples.jsonl", start)
         print(f"resuming from {path} (step {start})")
 
     test_datums = [chat_datum(policy, chat) for chat in test[: s.eval_examples]]
     sample_chats = [chat[:-1] for chat in test[: s.sample_prompts]]
     sample_params = SamplingParams(max_tokens=s.max_new_tokens, temperature=s.report_temperature, seed=recipe.seed)
 
-    bar = tqdm(range(start, steps), initial=start, total=steps, desc="sft", unit="step")
-    for step in bar:
-        t0 = time.time()
-        batch = [train[i] for i in batch_indices(len(train), s.batch_size, step, recipe.seed)]
-        datums = [chat_datum(policy, chat) for chat in batch]
-        lr = learning_rate(s, step, steps)
-        out = policy.forward_backward(datums, "cross_entropy")
-        optim = policy.optim_step(AdamParams(learning_rate=lr))
-        done = step + 1
-        row = {"step": done, "loss": out.loss, "lr": lr, "tokens": out.n_tokens, **{f"optim/{k}": v for k, v in optim.items()}}
-        if s.eval_every and (done % s.eval_every == 0 or done == steps):
-            row["test_nll"] = test_nll(policy, test_datums)
-        if s.sample_every and (done % s.sample_every == 0 or done == steps):
-            samples = policy.sample(sample_chats, 1, sample_params, None)
-            for chat, (sample,) in zip(sample_chats, samples):
-                run_dir.log("samples.jsonl", {"step": done, "prompt": chat[-1]["content"], "answer": sample.text})
-                tqdm.write(f"[step {done}] {chat[-1]['content'][:60]!r} -> {sample.text}")
-        row["seconds"] = time.time() - t0
-        run_dir.log("metrics.jsonl", row)
-        bar.set_postfix(loss=f"{out.loss:.3f}", lr=f"{lr:.1e}")
-        if (s.save_every and done % s.save_every == 0) or done == steps:
-            with run_dir.new_checkpoint(done) as tmp:
-                policy.save(str(tmp))
-    bar.close()
+    stop_hint = f"resume with: emojikit run {recipe.path} --resume"
+    with graceful_stop() as stop:
+        bar = tqdm(range(start, steps), initial=start, total=steps, desc="sft", unit="step")
+        for step in bar:
+            t0 = time.time()
+            batch = [train[i] for i in batch_indices(len(train), s.batch_size, step, recipe.seed)]
+            datums = [chat_datum(policy, chat) for chat in batch]
+            lr = learning_rate(s, step, steps)
+            out = policy.forward_backward(datums, "cross_entropy")
+            optim = policy.optim_step(AdamParams(learning_rate=lr))
+            done = step + 1
+            row = {"step": done, "loss": out.loss, "lr": lr, "tokens": out.n_tokens, **{f"optim/{k}": v for k, v in optim.items()}}
+            if s.eval_every and (done % s.eval_every == 0 or done == steps):
+                row["test_nll"] = test_nll(policy, test_datums)
+            if s.sample_every and (done % s.sample_every == 0 or done == steps):
+                samples = policy.sample(sample_chats, 1, sample_params, None)
+                for chat, (sample,) in zip(sample_chats, samples):
+                    run_dir.log("samples.jsonl", {"step": done, "prompt": chat[-1]["content"], "answer": sample.text})
+                    tqdm.write(f"[step {done}] {chat[-1]['content'][:60]!r} -> {sample.text}")
+            row["seconds"] = time.time() - t0
+            run_dir.log("metrics.jsonl", row)
+            bar.set_postfix(loss=f"{out.loss:.3f}", lr=f"{lr:.1e}")
+            if (s.save_every and done % s.save_every == 0) or done == steps or stop:
+                with run_dir.new_checkpoint(done) as tmp:
+                    policy.save(str(tmp))
+            if stop:
+                bar.close()
+                raise Interrupted(f"stopped by {stop.signal_name} after step {done} (checkpoint saved); {stop_hint}")
+        bar.close()
 
     final = run_dir.checkpoint_path(steps)
     if s.report_examples:

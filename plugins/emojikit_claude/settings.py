@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from emojikit.config import ConfigModel
 from emojikit_claude import prompts
@@ -59,6 +59,12 @@ class ClaudeTeacherConfig(ClaudeClientConfig):
         26 * 3600.0, ge=0, description="Stop polling after this long; the batch id stays recorded, so a re-run (--resume) picks it up."
     )
     concurrency: int = Field(8, ge=1, description="Messages API requests in flight at once (small jobs).")
+
+    @model_validator(mode="after")
+    def _emoji_range(self) -> "ClaudeTeacherConfig":
+        if self.max_emoji < self.min_emoji:
+            raise ValueError(f"max_emoji ({self.max_emoji}) is below min_emoji ({self.min_emoji})")
+        return self
 
 
 class ClaudeJudgeConfig(ClaudeClientConfig):

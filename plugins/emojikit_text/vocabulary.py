@@ -113,7 +113,7 @@ SLOTS: dict[str, list[str]] = {
         "the church bells ring", "a train rolls past", "the baby naps upstairs", "the snow keeps falling",
     ],
     "view": ["the waves", "the sunset", "the rain", "the snow fall", "the boats in the harbor", "the city lights", "the birds", "the clouds drift by", "the leaves fall"],
-    "drink": ["hot coffee", "cup of tea", "cold lemonade", "glass of wine", "mug of hot chocolate", "smoothie", "beer", "iced latte", "bubble tea"],
+    "drink": ["hot coffee", "cup of tea", "cold lemonade", "glass of wine", "mug of hot chocolate", "smoothie", "beer", "tall iced latte", "bubble tea"],
     "crowd_state": ["packed", "completely empty", "buzzing", "so quiet", "full of tourists", "decorated for the festival", "covered in snow"],
     # --- food and things ---------------------------------------------------------------
     "food": [
@@ -187,7 +187,7 @@ SLOTS: dict[str, list[str]] = {
         "the moon", "volcanoes", "rainbows", "honey", "the pyramids", "lightning", "coffee", "chocolate",
         "the ocean", "dinosaurs", "earthquakes", "the sun", "snowflakes", "tea", "rice", "bananas",
     ],
-    "fact_question": ["made of", "so hot", "formed", "discovered", "called that", "good for you", "so salty"],
+    "invention": ["the telephone", "the light bulb", "pizza", "the bicycle", "chocolate chip cookies", "the airplane", "the piano", "the camera", "the ice cream cone", "the internet", "the printing press", "the compass", "the sandwich", "the guitar"],
     # --- abstract ----------------------------------------------------------------------
     "abstract_noun": ["time", "love", "hope", "friendship", "grief", "success", "freedom", "patience", "home", "change", "courage", "memory", "kindness", "fear", "happiness", "growing up"],
     "metaphor": [
@@ -198,8 +198,10 @@ SLOTS: dict[str, list[str]] = {
     "value": ["quiet mornings", "old friends", "a good night's sleep", "family dinners", "honest people", "time outdoors", "small kindnesses", "home cooking", "laughing until it hurts"],
     "abstract_feel": ["heavy", "light", "fragile", "infinite", "quiet", "sweet", "strange", "bittersweet"],
     "condition": ["you share it", "you least expect it", "it rains", "you're far from home", "the year ends", "someone leaves", "spring comes back"],
-    "ending": ["ending", "goodbye", "sunset", "winter", "closed door"],
-    "beginning": ["beginning", "hello", "sunrise", "spring", "open window"],
+    "turning_point": [
+        "ending is also a beginning", "goodbye is also a hello", "sunset is also a sunrise somewhere",
+        "winter ends in spring", "closed door is also an open window", "storm is followed by a rainbow",
+    ],
     # --- edge cases --------------------------------------------------------------------
     "one_word": [
         "Pizza", "Mondays", "Coffee", "Snow", "Tacos", "Beach", "Vacation", "Homework", "Sushi", "Rain",
@@ -208,11 +210,17 @@ SLOTS: dict[str, list[str]] = {
         "Love", "Thunder", "Donuts", "Christmas", "Exams", "Music", "Traffic", "Freedom", "Ramen", "Cake",
     ],
     "punct": ["!", ".", "?", "!!!", "?!", "...", ""],
+    # Clauses ("my train is late again") and noun phrases ("another delay") fit different templates.
     "annoyance": [
-        "another meeting that could have been an email", "my train is late again", "it's raining on my day off",
-        "the printer jammed again", "the wifi died during my presentation", "my flight is delayed six hours",
-        "I have three exams on the same day", "the neighbors are drilling at 7am", "I got a parking ticket",
-        "the coffee machine is broken", "my ice cream melted before I could eat it", "the cat threw up on my homework",
+        "my train is late again", "it's raining on my day off", "the printer jammed again",
+        "the wifi died during my presentation", "my flight is delayed six hours", "I have three exams on the same day",
+        "the neighbors are drilling at 7am", "I got a parking ticket", "the coffee machine is broken",
+        "my ice cream melted before I could eat it", "the cat threw up on my homework", "my umbrella flipped inside out",
+    ],
+    "annoyance_np": [
+        "another meeting that could have been an email", "a six-hour flight delay", "three exams on the same day",
+        "drilling next door at 7am", "a parking ticket", "a broken coffee machine", "rain on my day off",
+        "a flat tire in the rain", "cold pizza for breakfast", "a printer jam before the deadline", "a two-hour traffic jam",
     ],
     "sarcastic_tail": [
         "Just what I needed.", "Love that for me.", "Living the dream.", "Best. Day. Ever.", "Perfect timing as always.",

@@ -1,0 +1,209 @@
+"""The `claude` teacher: emoji answers from Claude, in bulk through the Message Batches API.
+
+Resumable and never paying twice, through two files in the run directory:
+  claude_batches.json  every batch created (id and the custom ids it covers), written right
+                       after the create call returns; a re-run polls and fetches these first
+  claude_answers.jsonl one line per answered custom id: the emoji, or only the reason it was
+                       dropped (an invalid answer's text is never written)
+A custom id is a hash of everything that shapes the answer (model, prompt, settings, message),
+so results map back to messages whatever their order, and a changed prompt never reuses an
+old answer. Errored, expired and canceled batch items are not billed, so they are not
+recorded: a re-run asks for them again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional, Sequence
+
+from emojikit import emojis
+from emojikit.components import BuildContext, Message
+from emojikit.errors import RemoteServiceError
+from emojikit.io import append_jsonl, atomic_write_text, read_jsonl
+from emojikit_claude.client import APICallError, Backoff, make_client, text_of
+from emojikit_claude.settings import ClaudeTeacherConfig
+
+log = logging.getLogger(__name__)
+
+BATCHES_FILE = "claude_batches.json"
+ANSWERS_FILE = "claude_answers.jsonl"
+NOT_BILLED = ("errored", "expired", "canceled", "missing")
+
+
+class ClaudeTeacher:
+    def __init__(self, cfg: ClaudeTeacherConfig, ctx: BuildContext, client=None):
+        self.cfg = cfg
+        self.client = client if client is not None else make_client(cfg, "the claude teacher")
+        self.backoff = Backoff.from_config(cfg)
+        self.sleep = time.sleep  # between batch polls; tests replace it
+        self.run_dir: Optional[Path] = Path(ctx.run_dir) if ctx.run_dir is not None else None
+        self._known: dict[str, dict] = {}  # custom id -> {"emoji": ...} or {"dropped": reason}
+        self._batches: list[dict] = []
+        self._load_state()
+        # Outcome counts of the last answer() call, plus what it cost (requests, batches).
+        self.stats: Counter[str] = Counter()
+
+    # -- state files ---------------------------------------------------------------------
+
+    def _path(self, name: str) -> Optional[Path]:
+        return self.run_dir / name if self.run_dir is not None else None
+
+    def _load_state(self) -> None:
+        answers, batches = self._path(ANSWERS_FILE), self._path(BATCHES_FILE)
+        if answers is not None and answers.exists():
+            for row in read_jsonl(answers, tolerate_torn_tail=True):
+                self._known[row["id"]] = row
+        if batches is not None and batches.exists():
+            self._batches = json.loads(batches.read_text(encoding="utf-8"))["batches"]
+
+    def _save_batches(self) -> None:
+        path = self._path(BATCHES_FILE)
+        if path is not None:
+            atomic_write_text(path, json.dumps({"batches": self._batches}, indent=1) + "\n")
+
+    def _record(self, custom_id: str, outcome: dict) -> None:
+        """Keep a billed outcome (in memory and in the answers file)."""
+        self._known[custom_id] = {"id": custom_id, **outcome}
+        path = self._path(ANSWERS_FILE)
+        if path is not None:
+            append_jsonl(path, self._known[custom_id])
+
+    # -- requests ------------------------------------------------------------------------
+
+    def custom_id(self, text: str) -> str:
+        cfg = self.cfg
+        shape = json.dumps([cfg.model, cfg.system, cfg.temperature, cfg.max_tokens, text], ensure_ascii=False)
+        # The API allows [a-zA-Z0-9_-]{1,64}.
+        return "m-" + hashlib.sha256(shape.encode("utf-8")).hexdigest()[:32]
+
+    def _params(self, text: str) -> dict:
+        cfg = self.cfg
+        return {
+            "model": cfg.model,
+            "max_tokens": cfg.max_tokens,
+            "temperature": cfg.temperature,
+            "system": cfg.system,
+            "messages": [{"role": "user", "content": text}],
+        }
+
+    def _outcome(self, reply_text: str) -> dict:
+        found, rest = emojis.parse(reply_text)
+        if emojis.is_emoji_only(reply_text, self.cfg.min_emoji, self.cfg.max_emoji):
+            return {"emoji": "".join(found)}
+        return {"dropped": "invalid"}
+
+    # -- the Teacher interface -------------------------------------------------------------
+
+    def answer(self, messages: Sequence[Message]) -> list[Optional[str]]:
+        ids = [self.custom_id(m.text) for m in messages]
+        texts = dict(zip(ids, (m.text for m in messages)))  # duplicates are asked once
+        self.stats = Counter()
+        unbilled: dict[str, str] = {}  # custom id -> why there is no answer this time
+
+        def pending() -> list[str]:
+            return [i for i in texts if i not in self._known and i not in unbilled]
+
+        self.stats["cached"] = len(texts) - len(pending())
+        # An earlier run's batches first: they are paid for already.
+        for batch in self._batches:
+            if batch["status"] != "fetched" and set(batch["custom_ids"]) & set(pending()):
+                unbilled.update(self._finish_batch(batch))
+
+        todo = pending()
+        if todo and len(todo) < self.cfg.batch_threshold:
+            unbilled.update(self._answer_directly(todo, texts))
+        elif todo:
+            new = [self._create_batch(todo[i : i + self.cfg.max_batch_size], texts) for i in range(0, len(todo), self.cfg.max_batch_size)]
+            for batch in new:
+                unbilled.update(self._finish_batch(batch))
+
+        answers: list[Optional[str]] = []
+        for cid in texts:
+            outcome = self._known.get(cid, {})
+            self.stats["valid" if "emoji" in outcome else outcome.get("dropped") or unbilled.get(cid, "missing")] += 1
+        for cid in ids:
+            answers.append(self._known.get(cid, {}).get("emoji"))
+        log.info("claude teacher: %s", dict(self.stats))
+        return answers
+
+    # -- small jobs: the Messages API --------------------------------------------------------
+
+    def _ask(self, text: str):
+        return self.backoff.call(lambda: self.client.messages.create(**self._params(text)), "teacher message")
+
+    def _answer_directly(self, todo: list[str], texts: dict[str, str]) -> dict[str, str]:
+        unbilled: dict[str, str] = {}
+        with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
+            futures = {cid: pool.submit(self._ask, texts[cid]) for cid in todo}
+            for cid, future in futures.items():
+                self.stats["requests"] += 1
+                try:
+                    reply = future.result()
+                except APICallError as exc:
+                    # A request the API rejects (400) fails alone; anything else stops the run.
+                    if exc.status != 400:
+                        raise
+                    unbilled[cid] = "errored"
+                    continue
+                self._record(cid, self._outcome(text_of(reply)))
+        return unbilled
+
+    # -- bulk: the Message Batches API -------------------------------------------------------
+
+    def _create_batch(self, chunk: list[str], texts: dict[str, str]) -> dict:
+        requests = [{"custom_id": cid, "params": self._params(texts[cid])} for cid in chunk]
+        created = self.backoff.call(lambda: self.client.messages.batches.create(requests=requests), "create message batch")
+        self.stats["batches_created"] += 1
+        batch = {
+            "id": created.id,
+            "status": "submitted",
+            "model": self.cfg.model,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "custom_ids": chunk,
+        }
+        self._batches.append(batch)
+        self._save_batches()  # before anything else can fail: the batch is paid for
+        log.info("claude teacher: created batch %s with %d requests", created.id, len(chunk))
+        return batch
+
+    def _finish_batch(self, batch: dict) -> dict[str, str]:
+        """Poll until the batch ends, then record its results; returns the unbilled outcomes."""
+        batch_id = batch["id"]
+        started = time.monotonic()
+        while True:
+            state = self.backoff.call(lambda: self.client.messages.batches.retrieve(batch_id), "poll message batch")
+            if state.processing_status == "ended":
+                break
+            waited = time.monotonic() - started
+            if waited >= self.cfg.max_wait_s:
+                raise RemoteServiceError(
+                    f"message batch {batch_id} is still {state.processing_status} after {waited:.0f}s; "
+                    f"its id is recorded in {BATCHES_FILE}, re-run with --resume to pick it up"
+                )
+            self.sleep(self.cfg.poll_interval_s)
+
+        expected = set(batch["custom_ids"])
+        results = self.backoff.call(lambda: list(self.client.messages.batches.results(batch_id)), "fetch batch results")
+        unbilled: dict[str, str] = {}
+        for item in results:
+            cid = item.custom_id
+            if cid not in expected:
+                log.warning("claude teacher: batch %s returned an unknown custom id %r; ignored", batch_id, cid)
+                continue
+            expected.discard(cid)
+            if item.result.type == "succeeded":
+                self._record(cid, self._outcome(text_of(item.result.message)))
+            else:
+                unbilled[cid] = item.result.type
+        for cid in expected:
+            unbilled[cid] = "missing"
+        batch["status"] = "fetched"
+        self._save_batches()
+        return unbilled

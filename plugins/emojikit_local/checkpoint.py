@@ -1,0 +1,59 @@
+"""Checkpoint folders: a standard PEFT adapter (adapter_config.json, adapter_model.safetensors,
+loadable with plain `PeftModel.from_pretrained`) plus trainer state for resuming:
+trainer_state.json (step, model), optimizer.pt and rng.pt.
+
+A folder is written under a temporary name and renamed into place, so a reader never sees
+half a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from emojikit.errors import InputFileError
+
+ADAPTER_FILE = "adapter_model.safetensors"
+STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+RNG_FILE = "rng.pt"
+
+
+def write_atomically(path: Path, fill: Callable[[Path], None]) -> None:
+    """Call fill(tmp_dir), then move tmp_dir to path (replacing an older checkpoint there)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        fill(tmp)
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def check_checkpoint(ref: str) -> Path:
+    path = Path(ref)
+    if not (path / ADAPTER_FILE).exists() or not (path / "adapter_config.json").exists():
+        raise InputFileError(f"{path}: not a checkpoint of the local backend (expected {ADAPTER_FILE} and adapter_config.json)")
+    return path
+
+
+def read_state(path: Path) -> dict:
+    state_file = path / STATE_FILE
+    if not state_file.exists():
+        return {}
+    try:
+        return json.loads(state_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputFileError(f"{state_file}: not valid JSON ({exc.msg})") from None

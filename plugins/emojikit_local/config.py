@@ -1,0 +1,26 @@
+"""The `local` backend's config (pydantic only: no torch here, so listing plugins stays fast)."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+from pydantic import Field
+
+from emojikit.bundled import SMOLLM2
+from emojikit.config import ConfigModel, ExistingPath
+
+
+class LocalConfig(ConfigModel):
+    model: str = Field(SMOLLM2, description="bundled:smollm2-135m-instruct, a local model directory, or a Hugging Face id (local cache only when HF_HUB_OFFLINE=1)")
+    lora_rank: int = Field(16, ge=1, description="LoRA rank r")
+    lora_alpha: float = Field(32.0, gt=0, description="LoRA alpha (scale = alpha / rank)")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the LoRA input during forward_backward")
+    target_modules: Union[Literal["all-linear"], list[str]] = Field("all-linear", description="modules that get LoRA: 'all-linear' (every linear projection except the output head) or a list of module names")
+    device: str = Field("auto", description="auto (cuda, then mps, then cpu), or a torch device such as cpu or cuda:0")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="weight and compute dtype")
+    grad_clip: float = Field(1.0, ge=0, description="clip the gradient norm to this before each optimizer step (0 disables)")
+    max_seq_len: int = Field(1024, ge=2, description="longest prompt + completion sampled or trained; longer ones are an error")
+    micro_batch_size: int = Field(8, ge=1, description="sequences per forward pass; larger batches accumulate gradients over micro-batches")
+    sample_batch_size: int = Field(64, ge=1, description="sequences decoded together when sampling")
+    seed: Optional[int] = Field(None, description="seed for LoRA init and sampling (default: the run seed)")
+    init_from: Optional[ExistingPath] = Field(None, description="a saved checkpoint (adapter folder) to start from, e.g. an SFT adapter; it is also the reference policy for KL, and its LoRA config replaces the one above")

@@ -1,0 +1,60 @@
+"""The next-token distribution the sampler draws from and the trainer scores under.
+
+Both paths go through `tempered_logprobs`, so a token's logprob is the same number whether it
+was recorded while sampling or recomputed for training: logits / temperature, tokens the
+decoder forbids set to -inf, then log_softmax. top_p only narrows what is drawn; the recorded
+logprob stays the one under the full masked, tempered distribution.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+
+def effective_temperature(temperature: float) -> float:
+    """Greedy decoding (temperature 0) records and scores logprobs at temperature 1."""
+    return temperature if temperature > 0 else 1.0
+
+
+def allowed_rows(constraint: Any, states: Sequence[Any], tokens_left: Sequence[int], vocab_size: int, device) -> torch.Tensor:
+    """Bool[N, V]: the tokens the decoder allows in each (state, tokens_left).
+
+    Uses the constraint's batched `allowed_batch` when it has one. The mask is cut or padded
+    (with False) to the model's vocabulary, which may be wider than the tokenizer's.
+    """
+    if hasattr(constraint, "allowed_batch"):
+        allowed_N_W = torch.as_tensor(constraint.allowed_batch(list(states), list(tokens_left)))
+    else:
+        allowed_N_W = torch.stack([torch.as_tensor(constraint.allowed(s, k)) for s, k in zip(states, tokens_left)])
+    allowed_N_W = allowed_N_W.to(device=device, dtype=torch.bool)
+    width = allowed_N_W.shape[-1]
+    if width > vocab_size:
+        return allowed_N_W[:, :vocab_size]
+    if width < vocab_size:
+        pad_N_P = torch.zeros(allowed_N_W.shape[0], vocab_size - width, dtype=torch.bool, device=device)
+        return torch.cat([allowed_N_W, pad_N_P], dim=-1)
+    return allowed_N_W
+
+
+def tempered_logprobs(logits_N_V: torch.Tensor, temperature: float, allowed_N_V: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """log_softmax(logits / temperature) over the allowed tokens (float32)."""
+    scaled_N_V = logits_N_V.float() / effective_temperature(temperature)
+    if allowed_N_V is not None:
+        scaled_N_V = scaled_N_V.masked_fill(~allowed_N_V, float("-inf"))
+    return torch.log_softmax(scaled_N_V, dim=-1)
+
+
+def draw(logprobs_N_V: torch.Tensor, temperature: float, top_p: float, generator: Optional[torch.Generator]) -> torch.Tensor:
+    """One token per row: argmax at temperature 0, else a draw from the top_p nucleus."""
+    if temperature <= 0:
+        return logprobs_N_V.argmax(dim=-1)
+    probs_N_V = logprobs_N_V.exp()
+    if top_p < 1.0:
+        sorted_N_V, order_N_V = probs_N_V.sort(dim=-1, descending=True)
+        # keep a token while the mass before it is below top_p (the first token always stays)
+        drop_N_V = (sorted_N_V.cumsum(dim=-1) - sorted_N_V) >= top_p
+        sorted_N_V = sorted_N_V.masked_fill(drop_N_V, 0.0)
+        probs_N_V = torch.zeros_like(probs_N_V).scatter(-1, order_N_V, sorted_N_V)
+    return torch.multinomial(probs_N_V, 1, generator=generator).squeeze(-1)

@@ -1,0 +1,134 @@
+"""The `local-lm` judge: a local transformers chat model asked to reconstruct the message.
+
+Batched greedy generation with left padding (so every row's answer starts at the same
+position); the answer is cleaned to one short line. Small models read emoji poorly, so by
+default each emoji is followed by its CLDR name in brackets.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+import emoji as emoji_pkg
+from pydantic import Field, field_validator
+
+from emojikit import emojis
+from emojikit.bundled import SMOLLM2
+from emojikit.components import BuildContext, JudgeView
+from emojikit.config import ConfigModel
+
+DEFAULT_SYSTEM = "You decode emoji messages. Reply with the message only: one short sentence, no emoji, no explanation."
+DEFAULT_PROMPT = (
+    "Someone sent a short everyday message using only emoji.\n{emoji}\n{earlier}"
+    "What is the message? Reply with the message only."
+)
+_PREFIX = re.compile(r"^(the )?(message|answer|guess|decoded message|translation)( is)?\s*[:\-]\s*", re.IGNORECASE)
+
+
+class LocalLMConfig(ConfigModel):
+    model: str = Field(SMOLLM2, description="A local chat model: bundled:smollm2-135m-instruct, a directory, or a cached Hugging Face id.")
+    max_new_tokens: int = Field(32, ge=4, le=256, description="Tokens generated per guess.")
+    max_words: int = Field(16, ge=1, description="A guess is cut to this many words.")
+    batch_size: int = Field(16, ge=1, description="Views per generate call.")
+    with_names: bool = Field(True, description="Follow each emoji with its CLDR name, e.g. 🍕 (pizza).")
+    system_prompt: str = Field(DEFAULT_SYSTEM, description="The judge's system prompt; empty for none.")
+    prompt: str = Field(
+        DEFAULT_PROMPT,
+        description="The judge's user turn; {emoji}: one line per emoji turn; {earlier}: a line listing its earlier (wrong) guesses, or nothing.",
+    )
+
+    @field_validator("prompt")
+    @classmethod
+    def _check_prompt(cls, value: str) -> str:
+        import string
+
+        try:
+            names = {n for _, n, _, _ in string.Formatter().parse(value) if n is not None}
+        except ValueError as exc:
+            raise ValueError(f"not a valid template ({exc})") from None
+        if names - {"emoji", "earlier"} or "emoji" not in names:
+            raise ValueError("placeholders: {emoji} (required) and {earlier}; write literal braces as {{ and }}")
+        return value
+
+
+def clean_guess(text: str, max_words: int = 16) -> str:
+    """The first non-empty line, without emoji, quotes or a "Message:" prefix, cut to max_words."""
+    for line in text.splitlines():
+        line = emoji_pkg.replace_emoji(line, "").strip()
+        line = _PREFIX.sub("", line).strip().strip("\"'`*“”‘’ ").strip()
+        if line:
+            return " ".join(line.split()[:max_words])
+    return ""
+
+
+class LocalLMJudge:
+    def __init__(self, cfg: LocalLMConfig, model: Any, tokenizer: Any):
+        self.cfg = cfg
+        self.model = model
+        self.tokenizer = tokenizer
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+
+    def describe(self, emoji_text: str) -> str:
+        seqs = emojis.split(emoji_text)
+        if not self.cfg.with_names:
+            return "".join(seqs)
+        return " ".join(f"{s} ({emojis.name(s)})" if emojis.name(s) else s for s in seqs)
+
+    def messages(self, view: JudgeView) -> list[dict[str, str]]:
+        turns = [self.describe(t) for t in view.emoji_turns]
+        lines = [f"Emoji {i}: {t}" if len(turns) > 1 else f"Emoji: {t}" for i, t in enumerate(turns, 1)]
+        earlier = [g for g in view.guesses if g]
+        earlier_line = ("Your earlier guesses were wrong: " + "; ".join(f'"{g}"' for g in earlier) + "\n") if earlier else ""
+        user = self.cfg.prompt.format(emoji="\n".join(lines), earlier=earlier_line)
+        out = [{"role": "system", "content": self.cfg.system_prompt}] if self.cfg.system_prompt else []
+        return out + [{"role": "user", "content": user}]
+
+    def guess(self, views: Sequence[JudgeView]) -> list[str]:
+        out = [""] * len(views)
+        todo = [i for i, v in enumerate(views) if any(emojis.split(t) for t in v.emoji_turns)]
+        for start in range(0, len(todo), self.cfg.batch_size):
+            rows = todo[start : start + self.cfg.batch_size]
+            for i, text in zip(rows, self._generate([self.messages(views[i]) for i in rows])):
+                out[i] = clean_guess(text, self.cfg.max_words)
+        return out
+
+    def _generate(self, chats: list[list[dict[str, str]]]) -> list[str]:
+        import torch
+
+        texts = [self.tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats]
+        batch = self.tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        batch = {k: v.to(self.model.device) for k, v in batch.items()}
+        with torch.inference_mode():
+            out_B_T = self.model.generate(
+                **batch,
+                max_new_tokens=self.cfg.max_new_tokens,
+                do_sample=False,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
+        new_B_T = out_B_T[:, batch["input_ids"].shape[1] :]
+        return self.tokenizer.batch_decode(new_B_T, skip_special_tokens=True)
+
+
+def load(model: str):
+    """(model, tokenizer): through the local backend's loader when installed, else transformers."""
+    try:
+        from emojikit_local.loading import load_model_and_tokenizer  # type: ignore
+    except ImportError:  # the local backend plugin is not installed
+        load_model_and_tokenizer = None
+    if load_model_and_tokenizer is not None:
+        return load_model_and_tokenizer(model)
+    from transformers import AutoModelForCausalLM
+
+    from emojikit.bundled import load_tokenizer, resolve_model
+
+    path, kwargs = resolve_model(model)
+    lm = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    return lm.eval(), load_tokenizer(model)
+
+
+def build(cfg: LocalLMConfig, ctx: BuildContext) -> LocalLMJudge:
+    lm, tokenizer = load(cfg.model)
+    lm.eval()
+    return LocalLMJudge(cfg, lm, tokenizer)

@@ -1,0 +1,41 @@
+"""Hook implementations: the `retrieval` and `local-lm` judges and the `similarity` reward.
+
+Only configs and pure-Python helpers are imported here; MiniLM and transformers load inside
+the factories.
+"""
+
+from emojikit.components import Component
+from emojikit.hookspecs import hookimpl
+
+from emojikit_retrieval import local_lm, retrieval, reward
+
+
+@hookimpl
+def register_judges():
+    return [
+        Component(
+            name="retrieval",
+            summary="Offline: CLDR names of the emoji -> nearest message in a candidate pool (MiniLM); never repeats a guess",
+            config=retrieval.RetrievalConfig,
+            factory=retrieval.build,
+            preflight=retrieval.preflight,
+        ),
+        Component(
+            name="local-lm",
+            summary="A local transformers chat model (default: bundled SmolLM2) reconstructs the message",
+            config=local_lm.LocalLMConfig,
+            factory=local_lm.build,
+        ),
+    ]
+
+
+@hookimpl
+def register_rewards():
+    return [
+        Component(
+            name="similarity",
+            summary="MiniLM similarity of guess and target, success bonus, turn/format/repetition penalties",
+            config=reward.SimilarityConfig,
+            factory=reward.build,
+        )
+    ]

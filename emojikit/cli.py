@@ -187,6 +187,56 @@ def eval_game(recipe_path: Path, checkpoints, targets, judge, overrides, out):
         recipe.runner()(recipe, run_dir)
 
 
+@cli.command()
+@click.option("--model", default="bundled:smollm2-135m-instruct", show_default=True, help="Model whose tokenizer the mask binds to (bundled:, a local path, or a cached hub id).")
+@click.option("--export", "export", type=click.Path(path_type=Path), default=None, help="Write every reachable state's allowed tokens to this .npz file.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="An emoji-mask setting, e.g. --set separator=' ' (repeatable).")
+@friendly_errors
+def mask(model: str, export: Path | None, overrides: tuple[str, ...]):
+    """Bind the emoji-mask decoder to MODEL's tokenizer and print its size and build times."""
+    from pydantic import ValidationError
+
+    from emojikit.components import BuildContext
+    from emojikit.errors import ConfigError
+
+    spec = get_registry().get("decoder", "emoji-mask")
+    settings = dict(item.split("=", 1) for item in overrides if "=" in item)
+    if len(settings) != len(overrides):
+        raise ConfigError(f"--set expects KEY=VALUE, got {[o for o in overrides if '=' not in o][0]!r}")
+    try:
+        config = spec.config.model_validate(settings)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"emoji-mask --set: {problems}") from None
+    from emojikit_emoji_mask.export import mask_report
+
+    for label, value in mask_report(model, spec.factory(config, BuildContext()), export):
+        click.echo(f"{label:<34} {value}")
+
+
+@cli.command()
+@click.option("--recipe", "recipe_path", default=None, type=click.Path(path_type=Path), help="A grpo or eval recipe giving the components and [game] (default: recipes/grpo.toml if present, else each component's defaults).")
+@click.option("--message", default=None, help="The message to convey (default: a random one from the prompt source).")
+@click.option("--checkpoint", default=None, help="A sender checkpoint (adapter directory) to load.")
+@click.option("--backend", default=None, help="Backend instead of the recipe's (default config).")
+@click.option("--decoder", default=None, help="Decoder instead of the recipe's.")
+@click.option("--judge", default=None, help="Judge instead of the recipe's, e.g. retrieval or local-lm.")
+@click.option("--reward", default=None, help="Reward instead of the recipe's.")
+@click.option("--max-turns", type=click.IntRange(1, 16), default=None)
+@click.option("--temperature", default=0.7, show_default=True)
+@click.option("--seed", type=int, default=None, help="Seed for the message choice and sampling (default: random).")
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
+@friendly_errors
+def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_turns, temperature, seed, overrides):
+    """Watch the sender and the judge play one message, turn by turn."""
+    from emojikit.game import watch
+
+    if recipe_path is None and Path("recipes/grpo.toml").exists():
+        recipe_path = Path("recipes/grpo.toml")
+    choices = {"backend": backend, "decoder": decoder, "judge": judge, "reward": reward}
+    watch(recipe_path, message=message, checkpoint=checkpoint, choices=choices, overrides=overrides, max_turns=max_turns, temperature=temperature, seed=seed, echo=click.echo)
+
+
 def main() -> None:
     cli(prog_name="emojikit")
 

@@ -188,3 +188,88 @@ def episode_to_json(ep: Episode) -> dict:
         "reward": {k: round(float(v), 4) for k, v in ep.reward.items()},
         "turns": turns,
     }
+
+
+# --- watch mode (`emojikit play`) ------------------------------------------------------------
+
+WATCH_DEFAULTS = {"backend": "local", "decoder": "emoji-mask", "judge": "retrieval", "reward": "similarity", "prompts": "generated"}
+
+
+def _watch_components(recipe_path, choices: dict[str, Optional[str]], overrides: list[str], max_turns: Optional[int], seed: int):
+    """(components by table, game settings): from the recipe when there is one, with --judge
+    etc. replacing whole tables; otherwise every component from the registry with its defaults."""
+    import json
+
+    from emojikit.components import BuildContext
+    from emojikit.errors import ConfigError
+    from emojikit.recipe import COMPONENT_TABLES, load_recipe
+    from emojikit.registry import get_registry
+
+    if recipe_path is not None:
+        extra = list(overrides) + [f"{t}={{ use = {json.dumps(n)} }}" for t, n in choices.items() if n]
+        if max_turns is not None:
+            extra.append(f"game.max_turns={max_turns}")
+        recipe = load_recipe(recipe_path, extra)
+        if "game" not in recipe.settings:
+            raise ConfigError(f"{recipe_path}: a {recipe.kind} recipe has no game; use a grpo or eval recipe")
+        built = {t: recipe.build(t) if recipe.has(t) else None for t in WATCH_DEFAULTS}
+        return built, recipe.settings["game"]
+    if overrides:
+        raise ConfigError("--set needs a recipe (--recipe PATH)")
+    registry, ctx, built = get_registry(), BuildContext(seed=seed), {}
+    for table, default in WATCH_DEFAULTS.items():
+        spec = registry.get(COMPONENT_TABLES[table], choices.get(table) or default)
+        config = spec.config()
+        if spec.preflight is not None:
+            spec.preflight(config, ctx)
+        built[table] = spec.factory(config, ctx)
+    return built, GameSettings(**({"max_turns": max_turns} if max_turns is not None else {}))
+
+
+def watch(
+    recipe_path=None,
+    *,
+    message: Optional[str] = None,
+    checkpoint: Optional[str] = None,
+    choices: Optional[dict[str, Optional[str]]] = None,
+    overrides: Sequence[str] = (),
+    max_turns: Optional[int] = None,
+    temperature: float = 0.7,
+    seed: Optional[int] = None,
+    echo: Callable[[str], None] = print,
+) -> Episode:
+    """Play one message with the sender and the judge, printing each turn as it happens."""
+    import random
+
+    seed = random.randrange(2**31) if seed is None else seed
+    parts, settings = _watch_components(recipe_path, dict(choices or {}), list(overrides), max_turns, seed)
+    policy = parts["backend"]
+    if checkpoint:
+        policy.load(str(checkpoint), with_optimizer=False)
+    if message is None:
+        if parts["prompts"] is None:
+            from emojikit.errors import ConfigError
+
+            raise ConfigError("no prompt source to draw a message from: pass --message TEXT")
+        pool = list(parts["prompts"].messages(512))
+        target = random.Random(seed).choice(pool)
+    else:
+        target = Message(message, "cli")
+
+    echo(f"message  {target.text}")
+
+    def show(turn_number: int, episodes: list[Episode]) -> None:
+        t = episodes[0].turns[-1]
+        mark = "" if t.valid else "  (not valid emoji)"
+        echo(f"turn {turn_number}   sender  {t.emoji}{mark}")
+        verdict = "  -> success" if episodes[0].success else ""
+        echo(f'         judge   "{t.guess}"  similarity {t.similarity:.3f}{verdict}')
+
+    (episode,) = play(
+        policy, parts["decoder"], parts["judge"], parts["reward"], [target],
+        settings=settings, sampling=SamplingParams(temperature=temperature, seed=seed), on_turn=show,
+    )
+    outcome = f"success on turn {len(episode.turns)}" if episode.success else f"no success in {len(episode.turns)} turns"
+    details = ", ".join(f"{k} {v:.3f}" for k, v in episode.reward.items() if k != "total")
+    echo(f"result   {outcome}; reward {episode.reward.get('total', 0.0):.3f} ({details})")
+    return episode

@@ -42,7 +42,6 @@ class ClaudeJudge:
             lambda: self.client.messages.create(
                 model=self.cfg.model,
                 max_tokens=self.cfg.max_tokens,
-                temperature=self.cfg.temperature,
                 system=self.cfg.system,
                 messages=self.conversation(view),
             ),

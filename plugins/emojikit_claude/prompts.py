@@ -96,8 +96,8 @@ _GUESS_PREFIX = re.compile(r"^(?:(?:my |final )?guess|message|answer|the message
 def clean_guess(text: str, max_chars: int) -> str:
     """The first non-empty line, without a 'Guess:' label or wrapping quotes, cut at a word boundary."""
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = line.strip("*_").strip()  # markdown emphasis
     line = _GUESS_PREFIX.sub("", line).strip()
-    line = line.strip("*_").strip()
     if len(line) >= 2 and line[0] in _QUOTES and line[-1] in _QUOTES:
         line = line[1:-1].strip()
     line = " ".join(line.split())

@@ -16,7 +16,7 @@ API_KEY_VAR = "ANTHROPIC_API_KEY"
 class ClaudeClientConfig(ConfigModel):
     """Connection and retry settings every Claude component shares."""
 
-    model: str = Field("claude-sonnet-4-5", description="Claude model id.")
+    model: str = Field("claude-sonnet-4-6", description="Claude model id.")
     base_url: Optional[str] = Field(
         None, description="API base URL; unset uses ANTHROPIC_BASE_URL, else https://api.anthropic.com."
     )
@@ -34,7 +34,6 @@ class ClaudePromptsConfig(ClaudeClientConfig):
         description="Category name -> what messages of that category are like; messages are balanced across them.",
     )
     per_request: int = Field(40, ge=1, le=200, description="Messages asked for in one request.")
-    temperature: float = Field(1.0, ge=0, le=1, description="Sampling temperature (high for variety).")
     max_tokens: int = Field(4096, ge=64, description="Token limit of one generation request.")
     concurrency: int = Field(4, ge=1, description="Requests in flight at once.")
     max_chars: int = Field(300, ge=10, description="Longer lines are dropped.")
@@ -46,7 +45,6 @@ class ClaudePromptsConfig(ClaudeClientConfig):
 
 class ClaudeTeacherConfig(ClaudeClientConfig):
     system: str = Field(prompts.TEACHER_SYSTEM, description="System prompt asking for 2-8 emoji.")
-    temperature: float = Field(0.7, ge=0, le=1, description="Sampling temperature.")
     max_tokens: int = Field(64, ge=8, description="Token limit of one answer.")
     min_emoji: int = Field(2, ge=1, description="Answers with fewer emoji are dropped.")
     max_emoji: int = Field(8, ge=1, description="Answers with more emoji are dropped.")
@@ -72,7 +70,6 @@ class ClaudeJudgeConfig(ClaudeClientConfig):
     system: str = Field(prompts.JUDGE_SYSTEM, description="System prompt of the judge.")
     first_turn: str = Field(prompts.JUDGE_FIRST_TURN, description="User message of the first turn; {emoji} is replaced.")
     next_turn: str = Field(prompts.JUDGE_NEXT_TURN, description="User message after a wrong guess; {emoji} is replaced.")
-    temperature: float = Field(0.0, ge=0, le=1, description="Sampling temperature.")
     max_tokens: int = Field(100, ge=8, description="Token limit of one guess.")
     max_chars: int = Field(200, ge=10, description="Guesses are cut to this many characters at a word boundary.")
     concurrency: int = Field(8, ge=1, description="Requests in flight at once.")

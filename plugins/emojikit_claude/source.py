@@ -67,7 +67,6 @@ class ClaudePromptSource:
             lambda: self.client.messages.create(
                 model=self.cfg.model,
                 max_tokens=self.cfg.max_tokens,
-                temperature=self.cfg.temperature,
                 system=prompts.PROMPTS_SYSTEM,
                 messages=[{"role": "user", "content": request}],
             ),

@@ -79,7 +79,7 @@ class ClaudeTeacher:
 
     def custom_id(self, text: str) -> str:
         cfg = self.cfg
-        shape = json.dumps([cfg.model, cfg.system, cfg.temperature, cfg.max_tokens, text], ensure_ascii=False)
+        shape = json.dumps([cfg.model, cfg.system, cfg.max_tokens, text], ensure_ascii=False)
         # The API allows [a-zA-Z0-9_-]{1,64}.
         return "m-" + hashlib.sha256(shape.encode("utf-8")).hexdigest()[:32]
 
@@ -88,15 +88,13 @@ class ClaudeTeacher:
         return {
             "model": cfg.model,
             "max_tokens": cfg.max_tokens,
-            "temperature": cfg.temperature,
             "system": cfg.system,
             "messages": [{"role": "user", "content": text}],
         }
 
     def _outcome(self, reply_text: str) -> dict:
-        found, rest = emojis.parse(reply_text)
         if emojis.is_emoji_only(reply_text, self.cfg.min_emoji, self.cfg.max_emoji):
-            return {"emoji": "".join(found)}
+            return {"emoji": "".join(emojis.split(reply_text))}  # without the spaces between emoji
         return {"dropped": "invalid"}
 
     # -- the Teacher interface -------------------------------------------------------------
@@ -124,14 +122,14 @@ class ClaudeTeacher:
             for batch in new:
                 unbilled.update(self._finish_batch(batch))
 
-        answers: list[Optional[str]] = []
         for cid in texts:
             outcome = self._known.get(cid, {})
-            self.stats["valid" if "emoji" in outcome else outcome.get("dropped") or unbilled.get(cid, "missing")] += 1
-        for cid in ids:
-            answers.append(self._known.get(cid, {}).get("emoji"))
+            if "emoji" in outcome:
+                self.stats["valid"] += 1
+            else:  # "invalid" (billed, on file) or errored/expired/canceled/missing (unbilled, asked again next run)
+                self.stats[outcome.get("dropped") or unbilled.get(cid, "missing")] += 1
         log.info("claude teacher: %s", dict(self.stats))
-        return answers
+        return [self._known.get(cid, {}).get("emoji") for cid in ids]
 
     # -- small jobs: the Messages API --------------------------------------------------------
 

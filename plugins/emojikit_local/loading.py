@@ -70,6 +70,7 @@ def _write_bundled_cache(model) -> None:
     """Save the dequantized weights atomically: a temp dir, then one rename."""
     final = _cached_bundled_dir()
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private
     try:
         model.save_pretrained(str(tmp))
         if final.exists() and not any(final.iterdir()):

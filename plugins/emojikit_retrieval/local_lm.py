@@ -1,14 +1,15 @@
 """The `local-lm` judge: a local transformers chat model asked to reconstruct the message.
 
 Batched greedy generation with left padding (so every row's answer starts at the same
-position); the answer is cleaned to one short line. Small models read emoji poorly, so by
-default each emoji is followed by its CLDR name in brackets.
+position); the answer is cleaned to one short line. Small models read emoji poorly and copy
+emoji back instead of answering, so by default the model sees the emoji's CLDR names only;
+when it still answers with no words, the guess is that literal reading (the names).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import emoji as emoji_pkg
 from pydantic import Field, field_validator
@@ -18,12 +19,11 @@ from emojikit.bundled import SMOLLM2
 from emojikit.components import BuildContext, JudgeView
 from emojikit.config import ConfigModel
 
-DEFAULT_SYSTEM = "You decode emoji messages. Reply with the message only: one short sentence, no emoji, no explanation."
-DEFAULT_PROMPT = (
-    "Someone sent a short everyday message using only emoji.\n{emoji}\n{earlier}"
-    "What is the message? Reply with the message only."
-)
-_PREFIX = re.compile(r"^(the )?(message|answer|guess|decoded message|translation)( is)?\s*[:\-]\s*", re.IGNORECASE)
+DEFAULT_SYSTEM = "You turn emoji into the short everyday message they stand for."
+DEFAULT_PROMPT = "{emoji}\n{earlier}Write the message as one short sentence in plain English."
+_PREFIX = re.compile(r"^(the )?(message|answer|guess|decoded message|translation|sentence)( is)?\s*[:\-]\s*", re.IGNORECASE)
+# Lines a small model copies from the prompt instead of answering.
+_ECHO = re.compile(r"^(emoji( \d+)?( meaning)?|wrong guesses so far)\s*:", re.IGNORECASE)
 
 
 class LocalLMConfig(ConfigModel):
@@ -31,7 +31,9 @@ class LocalLMConfig(ConfigModel):
     max_new_tokens: int = Field(32, ge=4, le=256, description="Tokens generated per guess.")
     max_words: int = Field(16, ge=1, description="A guess is cut to this many words.")
     batch_size: int = Field(16, ge=1, description="Views per generate call.")
-    with_names: bool = Field(True, description="Follow each emoji with its CLDR name, e.g. 🍕 (pizza).")
+    show: Literal["names", "emoji", "both"] = Field(
+        "names", description="How the judge sees each emoji: its CLDR name (best for small models), the emoji itself, or both."
+    )
     system_prompt: str = Field(DEFAULT_SYSTEM, description="The judge's system prompt; empty for none.")
     prompt: str = Field(
         DEFAULT_PROMPT,
@@ -55,8 +57,12 @@ class LocalLMConfig(ConfigModel):
 def clean_guess(text: str, max_words: int = 16) -> str:
     """The first non-empty line, without emoji, quotes or a "Message:" prefix, cut to max_words."""
     for line in text.splitlines():
-        line = emoji_pkg.replace_emoji(line, "").strip()
-        line = _PREFIX.sub("", line).strip().strip("\"'`*“”‘’ ").strip()
+        # Emoji and replacement characters (an emoji cut mid-byte by the token limit) go.
+        line = emoji_pkg.replace_emoji(line, "").replace("\ufffd", "").strip()
+        if _ECHO.match(line):
+            continue
+        line = _PREFIX.sub("", line).replace("(", "").replace(")", "")
+        line = line.strip().strip("\"'`*“”‘’ ").strip()
         if line:
             return " ".join(line.split()[:max_words])
     return ""
@@ -72,15 +78,18 @@ class LocalLMJudge:
 
     def describe(self, emoji_text: str) -> str:
         seqs = emojis.split(emoji_text)
-        if not self.cfg.with_names:
-            return "".join(seqs)
-        return " ".join(f"{s} ({emojis.name(s)})" if emojis.name(s) else s for s in seqs)
+        if self.cfg.show == "emoji":
+            return " ".join(seqs)
+        if self.cfg.show == "names":
+            return emojis.names_text(seqs)
+        return ", ".join(f"{s} {emojis.name(s)}".strip() for s in seqs)
 
     def messages(self, view: JudgeView) -> list[dict[str, str]]:
+        label = "Emoji meaning" if self.cfg.show == "names" else "Emoji"
         turns = [self.describe(t) for t in view.emoji_turns]
-        lines = [f"Emoji {i}: {t}" if len(turns) > 1 else f"Emoji: {t}" for i, t in enumerate(turns, 1)]
+        lines = [f"{label} {i}: {t}" if len(turns) > 1 else f"{label}: {t}" for i, t in enumerate(turns, 1)]
         earlier = [g for g in view.guesses if g]
-        earlier_line = ("Your earlier guesses were wrong: " + "; ".join(f'"{g}"' for g in earlier) + "\n") if earlier else ""
+        earlier_line = ("Wrong guesses so far: " + "; ".join(f'"{g}"' for g in earlier) + "\n") if earlier else ""
         user = self.cfg.prompt.format(emoji="\n".join(lines), earlier=earlier_line)
         out = [{"role": "system", "content": self.cfg.system_prompt}] if self.cfg.system_prompt else []
         return out + [{"role": "user", "content": user}]
@@ -91,7 +100,8 @@ class LocalLMJudge:
         for start in range(0, len(todo), self.cfg.batch_size):
             rows = todo[start : start + self.cfg.batch_size]
             for i, text in zip(rows, self._generate([self.messages(views[i]) for i in rows])):
-                out[i] = clean_guess(text, self.cfg.max_words)
+                literal = " / ".join(n for n in (emojis.names_text(emojis.split(t)) for t in views[i].emoji_turns) if n)
+                out[i] = clean_guess(text, self.cfg.max_words) or " ".join(literal.split()[: self.cfg.max_words])
         return out
 
     def _generate(self, chats: list[list[dict[str, str]]]) -> list[str]:

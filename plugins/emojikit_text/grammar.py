@@ -42,6 +42,10 @@ TEMPLATES: dict[str, list[str]] = {
         "The kitchen smells like {food} and {background_detail}.",
     ],
     "request": [
+        "[Hey|Hi|Quick question], could you {request_action} and {request_action} {deadline}?",
+        "Can you bring {grocery} and {food} to {party_place} {future_time}? {thanks}",
+        "Please {request_action} {deadline}. {thanks}",
+        "I need you to {request_action} {deadline}, it's important.",
         "Can you {request_action} {deadline}?",
         "Could you pick up {grocery} and {grocery} on your way home?",
         "Please {chore} before {event_time}.",
@@ -67,6 +71,9 @@ TEMPLATES: dict[str, list[str]] = {
         "{thing_is_cap} {opinion_adj}, but {food_is} even better.",
     ],
     "social": [
+        "{greeting} {addressee}! {social_plan} {sign_off}",
+        "{greeting}, {addressee}! Happy {occasion}! {sign_off}",
+        "Thanks for {favor_noun}, {addressee}. {sign_off}",
         "Happy {occasion}, {addressee}! {wish}",
         "Good [morning|night|luck], {addressee}! {wish}",
         "Congrats on {achievement}, {addressee}! {wish}",
@@ -80,6 +87,15 @@ TEMPLATES: dict[str, list[str]] = {
         "Thank you for {favor}, you're a lifesaver!",
     ],
     "question": [
+        "What should I pack for a trip to {city} in {season}?",
+        "How do I get from {landmark} to {place}?",
+        "Can {animals_plural} eat {food}?",
+        "What's the weather like in {country} in {month}?",
+        "How long is the flight from {city} to {city}?",
+        "Which is healthier, {food} or {food}?",
+        "How do you say \"{phrase}\" in {language}?",
+        "What time does the {venue} close on {day}?",
+        "When is the best time to visit {country}?",
         "How long does it take to {task}?",
         "What's the best way to {task}?",
         "Why do {animals_plural} {animal_behavior}?",
@@ -95,6 +111,10 @@ TEMPLATES: dict[str, list[str]] = {
         "Is {food} healthy?",
     ],
     "abstract": [
+        "{abstract_noun_cap} and {abstract_noun} both need {need}.",
+        "{abstract_noun_cap} is {metaphor}, {abstract_tail}.",
+        "I think {abstract_noun} is {metaphor}.",
+        "{abstract_noun_cap} takes {need}, {abstract_tail}.",
         "{abstract_noun_cap} is like {metaphor}.",
         "The older I get, the more I value {value}.",
         "Every {turning_point}.",
@@ -135,7 +155,7 @@ CATEGORIES = tuple(TEMPLATES)
 
 _SLOT = re.compile(r"\{([a-z_]+)\}")
 _CHOICE = re.compile(r"\[([^\[\]]*)\]")
-_ARTICLE = re.compile(r"\b([Aa]) (?=[aeiou])")
+_ARTICLE = re.compile(r"(^A|(?<= )a) (?=[aeiou])")  # "a owl" -> "an owl"; never touches "an A on"
 # A suffix derives a slot from a word list: `food_is` -> "tacos are", `food_is_cap` -> "Tacos are".
 _CASES = {"_cap": lambda s: s[:1].upper() + s[1:], "_lower": lambda s: s[:1].lower() + s[1:], "_upper": str.upper}
 _EXTRA = {

@@ -26,7 +26,7 @@ SLOTS: dict[str, list[str]] = {
         "moved into my new apartment", "picked the first tomatoes from the garden", "got a raise",
         "paid off my student loans", "finished the puzzle", "ran five kilometers without stopping",
         "got an A on my chemistry exam", "cooked dinner for the whole family", "saw a whale on the ferry",
-        "climbed to the top of the mountain", "finally fixed the leaky faucet", "won the chess tournament",
+        "climbed to the top of the mountain", "fixed the leaky faucet", "won the chess tournament",
         "got my cast off", "finished painting the bedroom", "made it to the final round",
         "sold my first painting", "hit a home run", "got into art school", "learned three chords on the guitar",
         "bought my first car", "beat my personal best at the pool", "got my braces off",
@@ -83,9 +83,9 @@ SLOTS: dict[str, list[str]] = {
     "city": ["Paris", "Tokyo", "Rome", "London", "New York", "Mexico City", "Sydney", "Berlin", "Cairo", "Rio", "Toronto", "Seoul", "Barcelona", "Istanbul"],
     "country": ["Japan", "Italy", "Mexico", "Brazil", "France", "Canada", "Greece", "India", "Kenya", "Iceland", "Spain", "Thailand", "Australia", "Peru"],
     "weather_scene": [
-        "Snow is falling softly", "The sun is setting", "A thunderstorm is rolling in", "Fog hangs low",
+        "Snow is falling softly", "The sun is setting", "A thunderstorm is coming", "Fog hangs low",
         "A rainbow just appeared", "The full moon is rising", "Heavy rain is drumming", "The stars are out",
-        "Autumn leaves are blowing", "A warm breeze is coming in", "Dark clouds are gathering",
+        "Autumn leaves are blowing", "A warm breeze is blowing", "Dark clouds are gathering",
     ],
     "scene_detail": [
         "kids are building a snowman", "a dog is chasing seagulls", "someone is playing the guitar",
@@ -121,7 +121,7 @@ SLOTS: dict[str, list[str]] = {
         "spicy curry", "ice cream", "fresh croissants", "burgers", "popcorn", "salad", "pasta", "dumplings",
         "cheesecake", "watermelon", "hot dogs", "fries", "strawberries", "donuts", "cereal for dinner", "soup",
     ],
-    "grocery": ["milk", "eggs", "bread", "bananas", "coffee", "cheese", "apples", "rice", "tomatoes", "carrots", "butter", "a lemon", "chocolate", "cat food", "flowers", "onions"],
+    "grocery": ["milk", "eggs", "bread", "bananas", "coffee", "cheese", "apples", "rice", "tomatoes", "carrots", "butter", "lemons", "chocolate", "cat food", "flowers", "onions"],
     "thing": [
         "summer", "winter", "rainy days", "road trips", "camping", "morning runs", "board games", "video games",
         "jazz", "karaoke", "yoga", "gardening", "museums", "cats", "dogs", "the beach", "snow", "thunderstorms",
@@ -201,6 +201,20 @@ SLOTS: dict[str, list[str]] = {
     "turning_point": [
         "ending is also a beginning", "goodbye is also a hello", "sunset is also a sunrise somewhere",
         "winter ends in spring", "closed door is also an open window", "storm is followed by a rainbow",
+    ],
+    # --- more slots for questions, requests, social and abstract messages -----------------
+    "season": ["spring", "summer", "autumn", "winter"],
+    "month": ["January", "March", "May", "July", "August", "October", "December"],
+    "language": ["Spanish", "Japanese", "French", "Italian", "German", "Korean", "Portuguese"],
+    "phrase": ["thank you", "good morning", "cheers", "I love you", "where is the beach", "one coffee please", "happy birthday"],
+    "party_place": ["the picnic", "the barbecue", "the party", "game night", "the potluck", "the beach"],
+    "thanks": ["Thanks!", "Thank you so much!", "You're the best!", "I owe you one!", "Much appreciated.", ""],
+    "greeting": ["Hi", "Hey", "Hello", "Morning", "Yo", "Evening", "Howdy"],
+    "sign_off": ["", "Hugs!", "Love you!", "See you soon!", "Take care!", "xoxo"],
+    "need": ["time", "patience", "practice", "sunlight", "courage", "a little faith", "room to grow"],
+    "abstract_tail": [
+        "you only see it looking back", "and nobody gets a map", "and that's okay", "and it takes a lifetime to learn",
+        "even on the hard days", "you just have to keep going",
     ],
     # --- edge cases --------------------------------------------------------------------
     "one_word": [

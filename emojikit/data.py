@@ -1,0 +1,164 @@
+"""The `kind = "data"` pipeline: prompts -> teacher -> SFT chat files, plus RL target files.
+
+Outputs in the run directory (each written atomically):
+  sft_train.jsonl / sft_test.jsonl  {"messages": [system, user, assistant], "category": ...}
+  rl_prompts.jsonl / rl_heldout.jsonl  short messages {"text": ..., "category": ...}; the
+                                    held-out targets never appear in any SFT file or in
+                                    rl_prompts, and rl_prompts avoids the SFT test split
+  data_stats.json                   counts, drops, teacher speed, test-split quality
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from typing import Optional
+
+from pydantic import Field, model_validator
+
+from emojikit import emojis
+from emojikit.components import Message
+from emojikit.config import ConfigModel
+from emojikit.errors import ConfigError
+from emojikit.io import atomic_write_jsonl, atomic_write_text
+
+SYSTEM_PROMPT = "Reply to every message with 2 to 8 emoji that convey its meaning. Emoji only: no words, no punctuation."
+FILTER_TABLES = ("judge", "reward", "backend")
+
+
+class DataSettings(ConfigModel):
+    count: int = Field(25_000, ge=1, description="Messages sent to the teacher (SFT pairs before drops and the test split).")
+    test_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Share of the SFT pairs kept for sft_test.jsonl.")
+    system_prompt: str = Field(SYSTEM_PROMPT, min_length=1, description="System message of every SFT chat.")
+    teacher_batch: int = Field(512, ge=1, description="Messages per teacher call (one progress-bar step).")
+    rl_count: int = Field(2_000, ge=0, description="RL targets in total: rl_prompts.jsonl plus rl_heldout.jsonl.")
+    rl_max_words: int = Field(12, ge=1, description="RL targets are messages of at most this many words.")
+    rl_heldout_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="Share of the RL targets held out (rl_heldout.jsonl, for evaluation).")
+    filter_threshold: Optional[float] = Field(
+        None, description="Keep an RL target only if sender -> judge -> similarity reaches this (None = no filter; needs [judge], [reward], [backend])."
+    )
+    filter_max_turns: int = Field(1, ge=1, description="Game turns the communicability filter plays per candidate.")
+
+    @model_validator(mode="after")
+    def _threshold_range(self) -> "DataSettings":
+        if self.filter_threshold is not None and not -1.0 <= self.filter_threshold <= 1.0:
+            raise ValueError(f"filter_threshold must be a similarity in [-1, 1], got {self.filter_threshold}")
+        return self
+
+
+def chat_row(system: str, message: Message, answer: str) -> dict:
+    return {
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": message.text},
+            {"role": "assistant", "content": answer},
+        ],
+        "category": message.category,
+    }
+
+
+def check_filter(recipe, settings: DataSettings) -> None:
+    if settings.filter_threshold is None:
+        return
+    missing = [t for t in FILTER_TABLES if not recipe.has(t)]
+    if missing:
+        raise ConfigError(
+            f"{recipe.path}: [data] filter_threshold: the communicability filter plays sender -> judge -> similarity; "
+            f"add the {', '.join(f'[{t}]' for t in missing)} table(s) or remove filter_threshold"
+        )
+    # The filter plays the game (emojikit.game); it is not wired into the data pipeline yet.
+    raise ConfigError(f"{recipe.path}: [data] filter_threshold: the communicability filter is not available yet; remove filter_threshold")
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def draw_messages(source, n: int) -> list[Message]:
+    """Up to n messages, deduplicated on their exact text (first occurrence wins)."""
+    seen: set[str] = set()
+    out = []
+    for message in source.messages(n):
+        if message.text not in seen:
+            seen.add(message.text)
+            out.append(message)
+    return out
+
+
+def label(teacher, messages: list[Message], batch: int) -> list[Optional[str]]:
+    from tqdm import tqdm
+
+    answers: list[Optional[str]] = []
+    with tqdm(total=len(messages), desc="teacher", unit="msg") as bar:
+        for start in range(0, len(messages), batch):
+            chunk = messages[start : start + batch]
+            answers.extend(teacher.answer(chunk))
+            bar.update(len(chunk))
+    return answers
+
+
+def run(recipe, run_dir) -> None:
+    from emojikit.metrics import distinct_per_100, literal_similarity
+
+    settings: DataSettings = recipe.settings["data"]
+    check_filter(recipe, settings)
+    rng = random.Random(f"emojikit-data:{recipe.seed}")
+    started = time.monotonic()
+
+    # Draw extra messages so the held-out RL targets can be kept out of the SFT pairs.
+    n_heldout = round(settings.rl_count * settings.rl_heldout_fraction)
+    source = recipe.build("prompts", run_dir.path)
+    pool = draw_messages(source, settings.count + n_heldout)
+    short = [m for m in pool if _words(m.text) <= settings.rl_max_words]
+    rng.shuffle(short)
+    heldout = short[:n_heldout]
+    heldout_texts = {m.text for m in heldout}
+    sft_messages = [m for m in pool if m.text not in heldout_texts][: settings.count]
+
+    teacher = recipe.build("teacher", run_dir.path)
+    teacher_started = time.monotonic()
+    answers = label(teacher, sft_messages, settings.teacher_batch)
+    teacher_seconds = time.monotonic() - teacher_started
+
+    pairs, dropped_none, dropped_invalid = [], 0, 0
+    for message, answer in zip(sft_messages, answers):
+        if answer is None:
+            dropped_none += 1
+        elif not emojis.is_emoji_only(answer, 2, 8):
+            dropped_invalid += 1  # a teacher's promise is checked, never trusted
+        else:
+            pairs.append((message, answer.strip()))
+    rng.shuffle(pairs)
+    n_test = round(len(pairs) * settings.test_fraction)
+    test, train = pairs[:n_test], pairs[n_test:]
+    atomic_write_jsonl(run_dir.file("sft_train.jsonl"), (chat_row(settings.system_prompt, m, a) for m, a in train))
+    atomic_write_jsonl(run_dir.file("sft_test.jsonl"), (chat_row(settings.system_prompt, m, a) for m, a in test))
+
+    test_texts = {m.text for m, _ in test}
+    rl_pool = [m for m in short[n_heldout:] if m.text not in test_texts]
+    rl_prompts = rl_pool[: settings.rl_count - n_heldout]
+    atomic_write_jsonl(run_dir.file("rl_prompts.jsonl"), ({"text": m.text, "category": m.category} for m in rl_prompts))
+    atomic_write_jsonl(run_dir.file("rl_heldout.jsonl"), ({"text": m.text, "category": m.category} for m in heldout))
+
+    test_answers = [a for _, a in test]
+    literal = literal_similarity([m.text for m, _ in test], test_answers) if test else []
+    stats = {
+        "messages": len(pool),
+        "sft_messages": len(sft_messages),
+        "dropped_no_answer": dropped_none,
+        "dropped_invalid": dropped_invalid,
+        "sft_train": len(train),
+        "sft_test": len(test),
+        "rl_prompts": len(rl_prompts),
+        "rl_heldout": len(heldout),
+        "rl_shortfall": max(0, settings.rl_count - len(rl_prompts) - len(heldout)),
+        "teacher": recipe.components["teacher"].spec.name,
+        "teacher_msgs_per_s": round(len(sft_messages) / teacher_seconds, 1) if teacher_seconds > 0 else None,
+        "test_literal_similarity": round(sum(literal) / len(literal), 4) if literal else None,
+        "test_distinct_emoji_per_100": round(distinct_per_100(test_answers), 1) if test else None,
+        "test_mean_emoji": round(sum(emojis.count(a) for a in test_answers) / len(test_answers), 2) if test else None,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    atomic_write_text(run_dir.file("data_stats.json"), json.dumps(stats, indent=2) + "\n")
+    print(json.dumps(stats, indent=2))

@@ -1,0 +1,49 @@
+"""Registers the `local` backend. Nothing heavy is imported at module level."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from emojikit import bundled
+from emojikit.components import BuildContext, Component
+from emojikit.errors import ModelUnavailableError
+from emojikit.hookspecs import hookimpl
+from emojikit_local.config import LocalConfig
+
+
+def build_local_policy(config: LocalConfig, ctx: BuildContext):
+    from emojikit_local.loading import load_model_and_tokenizer
+    from emojikit_local.policy import LocalPolicy
+
+    model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype, device=config.device)
+    return LocalPolicy(model, tokenizer, config, seed=ctx.seed)
+
+
+def check_model_available(config: LocalConfig, ctx: BuildContext) -> None:
+    """Fail during validation, before anything loads, when the model cannot be found offline."""
+    if config.model.startswith("bundled:"):
+        bundled.resolve_model(config.model)
+        return
+    if Path(config.model).exists() or not bundled._offline():
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(config.model, "config.json"), str):
+        raise ModelUnavailableError(
+            f"model {config.model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+            f"download it once with `huggingface-cli download {config.model}`, or set model to a local "
+            f"directory or to {bundled.SMOLLM2!r}"
+        )
+
+
+@hookimpl
+def register_backends():
+    return [
+        Component(
+            name="local",
+            summary="LoRA on a local transformers model (bundled SmolLM2-135M-Instruct by default), trained with torch + peft",
+            config=LocalConfig,
+            factory=build_local_policy,
+            preflight=check_model_available,
+        )
+    ]

@@ -1,0 +1,275 @@
+"""LocalPolicy: emojikit.policy.Policy over a transformers causal LM with a peft LoRA adapter.
+
+The adapter named "default" is trained. The reference policy (for KL) is the start weights:
+the base with the adapter disabled, or, when starting from a checkpoint (`init_from`), a frozen
+second adapter "reference" holding that checkpoint; never a second copy of the base.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import torch
+
+from emojikit.errors import ConfigError, InputFileError
+from emojikit.policy import AdamParams, ChatMessages, Datum, LossOutput, Sample, SamplingParams
+from emojikit_local import checkpoint
+from emojikit_local.config import LocalConfig
+from emojikit_local.distribution import effective_temperature
+from emojikit_local.losses import LOSSES, loss_sum
+from emojikit_local.sampling import decode_batch
+from emojikit_local.scoring import target_logprobs
+
+TRAINED, REFERENCE = "default", "reference"
+
+
+def _chunks(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class LocalPolicy:
+    def __init__(self, model, tokenizer, config: LocalConfig, *, seed: int = 0):
+        """Wrap a loaded base model (see loading.load_model_and_tokenizer) with LoRA."""
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        self.config = config
+        self.tokenizer = tokenizer
+        self.device = next(model.parameters()).device
+        self.seed = config.seed if config.seed is not None else seed
+        torch.manual_seed(self.seed)  # LoRA A matrices are randomly initialised
+        if config.init_from is not None:
+            start = str(checkpoint.check_checkpoint(str(config.init_from)))
+            self.model = PeftModel.from_pretrained(model, start, adapter_name=TRAINED, is_trainable=True)
+            self.model.load_adapter(start, adapter_name=REFERENCE, is_trainable=False)
+            self.model.set_adapter(TRAINED)
+        else:
+            lora = LoraConfig(
+                r=config.lora_rank,
+                lora_alpha=config.lora_alpha,
+                lora_dropout=config.lora_dropout,
+                target_modules=config.target_modules,
+                task_type="CAUSAL_LM",
+            )
+            self.model = get_peft_model(model, lora, adapter_name=TRAINED)
+        self.model.eval()
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer: Optional[torch.optim.Optimizer] = None
+        self.step = 0
+        self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.stop_ids = self._stop_ids()
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        # Decoder masks depend on the token budget (tokens_left); Datum does not carry it, so
+        # scoring replays with the budget of the latest sample call.
+        self.decode_budget = SamplingParams().max_tokens
+        self._constraints: dict[int, Any] = {}
+        self._model_ref = getattr(config, "model", "")
+
+    # -- identity and text ----------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"local:{self._model_ref}"
+
+    def _stop_ids(self) -> set[int]:
+        ids = {self.tokenizer.eos_token_id}
+        generation_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        ids |= set(generation_eos) if isinstance(generation_eos, list) else {generation_eos}
+        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if im_end is not None and im_end != self.tokenizer.unk_token_id:
+            ids.add(im_end)
+        return {i for i in ids if i is not None}
+
+    def encode_prompt(self, messages: ChatMessages) -> list[int]:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ConfigError(f"model {self._model_ref!r} has no chat template; use an instruct/chat model")
+        text = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+    def _constraint(self, decoder: Any):
+        """decoder.bind(tokenizer), once per decoder object."""
+        if decoder is None:
+            return None
+        key = id(decoder)
+        if key not in self._constraints:
+            self._constraints[key] = (decoder, decoder.bind(self.tokenizer))  # keep decoder alive so id stays unique
+        return self._constraints[key][1]
+
+    # -- sampling and scoring ---------------------------------------------------------
+
+    def sample(self, prompts: Sequence[ChatMessages], n: int, params: SamplingParams, decoder: Any = None) -> list[list[Sample]]:
+        constraint = self._constraint(decoder)
+        stop_ids = self.stop_ids | ({constraint.eos_token_id} if constraint is not None else set())
+        prompt_tokens = [self.encode_prompt(p) for p in prompts]
+        for tokens in prompt_tokens:
+            if len(tokens) + params.max_tokens > self.config.max_seq_len:
+                raise ConfigError(f"prompt of {len(tokens)} tokens + max_tokens {params.max_tokens} exceeds max_seq_len {self.config.max_seq_len}; raise the backend's max_seq_len")
+        generator = self.generator if params.seed is None else torch.Generator(device=self.device).manual_seed(params.seed)
+        self.decode_budget = params.max_tokens
+        rows = [tokens for tokens in prompt_tokens for _ in range(n)]
+        decoded = []
+        for chunk in _chunks(rows, self.config.sample_batch_size):
+            decoded += decode_batch(
+                self.model, chunk, max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
+                constraint=constraint, stop_ids=stop_ids, pad_id=self.pad_id, generator=generator, device=self.device,
+            )
+        samples = [
+            Sample(prompt_tokens=list(rows[i]), tokens=d.tokens, logprobs=d.logprobs, text=self.decode(d.tokens), stop_reason=d.stop_reason)
+            for i, d in enumerate(decoded)
+        ]
+        return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    @contextmanager
+    def _weights(self, reference: bool):
+        """The start weights when reference=True: the reference adapter or no adapter."""
+        if not reference:
+            yield
+        elif REFERENCE in self.model.peft_config:
+            self.model.set_adapter(REFERENCE, inference_mode=True)
+            try:
+                yield
+            finally:
+                self.model.set_adapter(TRAINED)
+        else:
+            with self.model.disable_adapter():
+                yield
+
+    def _check(self, datums: Sequence[Datum]) -> None:
+        for i, d in enumerate(datums):
+            if not (len(d.model_input) == len(d.target_tokens) == len(d.weights)):
+                raise ValueError(f"datum {i}: model_input, target_tokens and weights differ in length")
+            if len(d.model_input) + 1 > self.config.max_seq_len:
+                raise ConfigError(f"datum {i} has {len(d.model_input) + 1} tokens, over max_seq_len {self.config.max_seq_len}; raise the backend's max_seq_len")
+
+    def _micro_batches(self, datums: Sequence[Datum]) -> Iterator[list[int]]:
+        """Datum indices in micro-batches of similar length (less padding)."""
+        order = sorted(range(len(datums)), key=lambda i: len(datums[i].model_input))
+        return _chunks(order, self.config.micro_batch_size)
+
+    def compute_logprobs(self, datums: Sequence[Datum], *, temperature: float = 1.0, decoder: Any = None, reference: bool = False) -> list[list[float]]:
+        self._check(datums)
+        constraint = self._constraint(decoder)
+        result: list[list[float]] = [[] for _ in datums]
+        with torch.inference_mode(), self._weights(reference):
+            for batch in self._micro_batches(datums):
+                chunk = [datums[i] for i in batch]
+                logprobs_B_T = target_logprobs(self.model, chunk, temperature=temperature, constraint=constraint, budget=self.decode_budget, pad_id=self.pad_id, device=self.device)
+                for row, i in enumerate(batch):
+                    result[i] = logprobs_B_T[row, : len(datums[i].target_tokens)].tolist()
+        return result
+
+    # -- training ------------------------------------------------------------------
+
+    def forward_backward(self, datums: Sequence[Datum], loss: str, *, temperature: float = 1.0, decoder: Any = None, clip: float = 0.2) -> LossOutput:
+        if loss not in LOSSES:
+            raise ConfigError(f"unknown loss {loss!r}; losses: {', '.join(LOSSES)}")
+        self._check(datums)
+        if loss != "cross_entropy" and any(d.advantages is None or d.logprobs is None for d in datums):
+            raise ValueError(f"{loss} needs advantages and sampler logprobs on every datum")
+        constraint = self._constraint(decoder)
+        n_tokens = float(sum(sum(1 for w in d.weights if w != 0) for d in datums))
+        denominator = max(n_tokens, 1.0)
+        total, stats = 0.0, {}
+        if self.config.lora_dropout > 0:
+            self.model.train()
+        try:
+            for batch in self._micro_batches(datums):
+                chunk = [datums[i] for i in batch]
+                logprobs_B_T = target_logprobs(self.model, chunk, temperature=temperature, constraint=constraint, budget=self.decode_budget, pad_id=self.pad_id, device=self.device)
+                weights_B_T = self._per_position(chunk, lambda d: d.weights, logprobs_B_T.shape)
+                on_B_T = weights_B_T != 0
+                advantages_B_T = self._per_position(chunk, lambda d: d.advantages or [0.0] * len(d.weights), logprobs_B_T.shape)
+                sampler_B_T = self._per_position(chunk, lambda d: d.logprobs or [0.0] * len(d.weights), logprobs_B_T.shape)
+                summed, batch_stats = loss_sum(loss, logprobs_B_T[on_B_T], weights_B_T[on_B_T], advantages_B_T[on_B_T], sampler_B_T[on_B_T], clip)
+                (summed / denominator).backward()
+                total += float(summed.detach())
+                for key, value in batch_stats.items():
+                    stats.setdefault(key, []).append(value)
+        finally:
+            self.model.eval()
+        return LossOutput(loss=total / denominator, n_tokens=n_tokens, metrics=self._metrics(stats, len(datums)))
+
+    def _per_position(self, chunk: list[Datum], field, shape) -> torch.Tensor:
+        values_B_T = torch.zeros(shape, dtype=torch.float32)
+        for row, datum in enumerate(chunk):
+            values = field(datum)
+            values_B_T[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
+        return values_B_T.to(self.device)
+
+    @staticmethod
+    def _metrics(stats: dict[str, list[torch.Tensor]], n_datums: int) -> dict[str, float]:
+        metrics = {"n_datums": float(n_datums)}
+        if "ratio" in stats:
+            ratio_N = torch.cat(stats["ratio"])
+            log_ratio_N = torch.cat(stats["log_ratio"])
+            if ratio_N.numel():
+                metrics["ratio_mean"] = float(ratio_N.mean())
+                metrics["ratio_max_deviation"] = float((ratio_N - 1).abs().max())
+                metrics["approx_kl_sampler"] = float((-log_ratio_N).mean())  # E_q[log q - log p]
+        if "clipped" in stats:
+            clipped_N = torch.cat(stats["clipped"])
+            if clipped_N.numel():
+                metrics["clip_fraction"] = float(clipped_N.float().mean())
+        return metrics
+
+    def optim_step(self, params: AdamParams) -> dict[str, float]:
+        optimizer = self._optimizer()
+        for group in optimizer.param_groups:
+            group.update(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps, weight_decay=params.weight_decay)
+        grads = [p.grad for p in self.trainable if p.grad is not None]
+        if not grads:
+            return {"grad_norm": 0.0, "learning_rate": params.learning_rate}
+        if self.config.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.config.grad_clip)
+        else:
+            grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return {"grad_norm": float(grad_norm), "learning_rate": params.learning_rate}
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            # the learning rate and betas are set from AdamParams at every step
+            self.optimizer = torch.optim.AdamW(self.trainable, lr=0.0, weight_decay=0.0)
+        return self.optimizer
+
+    # -- checkpoints -----------------------------------------------------------------
+
+    def save(self, path: str, *, with_optimizer: bool = True) -> str:
+        def fill(tmp: Path) -> None:
+            self.model.save_pretrained(str(tmp), selected_adapters=[TRAINED])
+            state = {"step": self.step, "model": self._model_ref, "decode_budget": self.decode_budget}
+            (tmp / checkpoint.STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
+            torch.save(self.generator.get_state(), tmp / checkpoint.RNG_FILE)
+            if with_optimizer and self.optimizer is not None:
+                torch.save(self.optimizer.state_dict(), tmp / checkpoint.OPTIMIZER_FILE)
+
+        checkpoint.write_atomically(Path(path), fill)
+        return str(path)
+
+    def load(self, ref: str, *, with_optimizer: bool = True) -> None:
+        from peft import load_peft_weights, set_peft_model_state_dict
+
+        path = checkpoint.check_checkpoint(ref)
+        weights = load_peft_weights(str(path), device=str(self.device))
+        try:
+            result = set_peft_model_state_dict(self.model, weights, adapter_name=TRAINED)
+        except RuntimeError as exc:  # shape mismatch: a different rank or model
+            raise InputFileError(f"{path}: adapter does not fit this model and LoRA config ({str(exc).splitlines()[0]})") from None
+        if result.unexpected_keys:
+            raise InputFileError(f"{path}: adapter has weights this model lacks, e.g. {result.unexpected_keys[0]}")
+        state = checkpoint.read_state(path)
+        self.step = int(state.get("step", 0))
+        self.decode_budget = int(state.get("decode_budget", self.decode_budget))
+        if (path / checkpoint.RNG_FILE).exists():
+            self.generator.set_state(torch.load(path / checkpoint.RNG_FILE))
+        if with_optimizer and (path / checkpoint.OPTIMIZER_FILE).exists():
+            self._optimizer().load_state_dict(torch.load(path / checkpoint.OPTIMIZER_FILE, map_location=self.device))

@@ -1,0 +1,59 @@
+"""A prompt source that reads messages from a JSONL file."""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from pydantic import Field
+
+from emojikit.components import BuildContext, Message
+from emojikit.config import ConfigModel, ExistingPath
+from emojikit.errors import InputFileError
+from emojikit.io import read_jsonl
+
+
+class JsonlConfig(ConfigModel):
+    path: ExistingPath = Field(..., description="JSONL file, one JSON object per line.")
+    field: str = Field("text", description="Key holding the message text.")
+    category_field: Optional[str] = Field("category", description="Key holding the category (None = every message is 'unknown').")
+
+
+def read_messages(config: JsonlConfig) -> list[Message]:
+    """Every message of the file; a malformed line or a missing/empty text raises file:line."""
+    messages = []
+    for number, row in enumerate(_numbered(config), start=1):
+        line, obj = row
+        text = obj.get(config.field)
+        if not isinstance(text, str) or not text.strip():
+            raise InputFileError(f"{config.path}:{line}: expected a non-empty string in field {config.field!r}")
+        category = obj.get(config.category_field) if config.category_field else None
+        messages.append(Message(text.strip(), str(category) if category is not None else "unknown"))
+    return messages
+
+
+def _numbered(config: JsonlConfig):
+    # read_jsonl skips blank lines, so keep the real line numbers alongside.
+    rows = read_jsonl(config.path)
+    with open(config.path, encoding="utf-8") as f:
+        numbers = [i for i, line in enumerate(f, start=1) if line.strip()]
+    return zip(numbers, rows)
+
+
+class JsonlSource:
+    def __init__(self, config: JsonlConfig):
+        self.config = config
+
+    def messages(self, n: Optional[int] = None) -> Iterator[Message]:
+        """The file's messages in order (the file fixes the order; the seed does not change it)."""
+        for i, message in enumerate(read_messages(self.config)):
+            if n is not None and i >= n:
+                return
+            yield message
+
+
+def preflight(config: JsonlConfig, ctx: BuildContext) -> None:
+    read_messages(config)  # a bad line is reported before any model loads
+
+
+def build(config: JsonlConfig, ctx: BuildContext) -> JsonlSource:
+    return JsonlSource(config)

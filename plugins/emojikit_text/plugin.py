@@ -1,0 +1,48 @@
+"""Registers the text components. Module imports here stay light (no torch, no MiniLM)."""
+
+from emojikit.components import Component
+from emojikit.hookspecs import hookimpl
+from emojikit_text import generated, jsonl_source
+
+
+@hookimpl
+def register_prompt_sources():
+    return [
+        Component(
+            name="generated",
+            summary="Offline: distinct natural messages in nine categories from compositional grammars, by seed",
+            config=generated.GeneratedConfig,
+            factory=generated.build,
+        ),
+        Component(
+            name="jsonl",
+            summary="Messages from a JSONL file (configurable text and category fields)",
+            config=jsonl_source.JsonlConfig,
+            factory=jsonl_source.build,
+            preflight=jsonl_source.preflight,
+        ),
+    ]
+
+
+def _build_lexicon(config, ctx):
+    from emojikit_text import lexicon  # numpy and MiniLM only when a lexicon teacher is built
+
+    return lexicon.build(config, ctx)
+
+
+def _lexicon_config():
+    from emojikit_text.lexicon import LexiconConfig
+
+    return LexiconConfig
+
+
+@hookimpl
+def register_teachers():
+    return [
+        Component(
+            name="lexicon",
+            summary="Offline: 2-8 emoji by MiniLM similarity to CLDR names, covering key phrases (MMR, no near-duplicates)",
+            config=_lexicon_config(),
+            factory=_build_lexicon,
+        ),
+    ]

@@ -1,0 +1,56 @@
+"""Hook implementations: the `tinker` backend and the `tinker` judge.
+
+Only configs are imported here; the tinker SDK loads inside the factories. Both components
+check TINKER_API_KEY in preflight, so a missing key fails before the run starts.
+"""
+
+from emojikit.components import Component
+from emojikit.hookspecs import hookimpl
+from emojikit.secrets import require_key
+
+from emojikit_tinker.config import API_KEY_VAR, TinkerBackendConfig, TinkerJudgeConfig
+
+
+def _require_key(what: str):
+    def preflight(config, ctx) -> None:
+        require_key(API_KEY_VAR, what)
+
+    return preflight
+
+
+def _build_policy(config: TinkerBackendConfig, ctx):
+    from emojikit_tinker.policy import TinkerPolicy
+
+    return TinkerPolicy(config, seed=ctx.seed)
+
+
+def _build_judge(config: TinkerJudgeConfig, ctx):
+    from emojikit_tinker.judge import TinkerJudge
+
+    return TinkerJudge(config)
+
+
+@hookimpl
+def register_backends():
+    return [
+        Component(
+            name="tinker",
+            summary="Remote LoRA training and sampling on Tinker (default Qwen/Qwen3.5-4B); decoders validate and redraw",
+            config=TinkerBackendConfig,
+            factory=_build_policy,
+            preflight=_require_key("the tinker backend"),
+        )
+    ]
+
+
+@hookimpl
+def register_judges():
+    return [
+        Component(
+            name="tinker",
+            summary="Qwen3-30B-A3B-Instruct (configurable) through Tinker sampling, concurrent requests, answer cleaned",
+            config=TinkerJudgeConfig,
+            factory=_build_judge,
+            preflight=_require_key("the tinker judge"),
+        )
+    ]

@@ -1,0 +1,225 @@
+"""Issue 5, offline half: the generated and JSONL prompt sources, the lexicon teacher and
+the `kind = "data"` pipeline (recipes/data.toml)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emojikit import emojis
+from emojikit.cli import cli
+from emojikit.components import BuildContext, Message
+from emojikit.metrics import distinct_per_100, literal_similarity
+from emojikit_text import grammar
+from emojikit_text.generated import GeneratedConfig, GeneratedSource, dedup_key
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- generated prompt source -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def generated_25k():
+    return list(GeneratedSource(GeneratedConfig(), seed=0).messages(25_000))
+
+
+def test_generated_templates_name_known_slots():
+    grammar.check_templates()
+
+
+def test_generated_is_deterministic_by_seed():
+    first = [m.text for m in GeneratedSource(GeneratedConfig(), seed=3).messages(500)]
+    again = [m.text for m in GeneratedSource(GeneratedConfig(), seed=3).messages(500)]
+    other = [m.text for m in GeneratedSource(GeneratedConfig(), seed=4).messages(500)]
+    offset = [m.text for m in GeneratedSource(GeneratedConfig(seed_offset=1), seed=3).messages(500)]
+    assert first == again
+    assert first != other and first != offset
+
+
+def test_generated_25k_distinct_messages_in_every_category(generated_25k):
+    assert len(generated_25k) == 25_000
+    assert len({dedup_key(m.text) for m in generated_25k}) == 25_000
+    counts = Counter(m.category for m in generated_25k)
+    assert set(counts) == set(grammar.CATEGORIES)
+    assert all(n >= 400 for n in counts.values()), counts
+    assert max(counts.values()) < 0.3 * 25_000, counts  # no category dominates
+
+
+def test_generated_messages_read_naturally(generated_25k):
+    for m in generated_25k:
+        text = m.text
+        assert "{" not in text and "[" not in text and "|" not in text, text  # no template leftovers
+        assert "  " not in text and text == text.strip(), text
+        assert text[0].isupper() or not text[0].isalpha(), text
+        assert not re.search(r"\ba [aeiou]", text), text  # "an owl", never "a owl"
+        assert not re.search(r"\b(\w+) \1\b", text.lower().replace("ok ok", "")), text  # "in in"
+    words = Counter(len(m.text.split()) for m in generated_25k)
+    assert words[1] > 0 and max(words) <= 40  # one-word edge cases and long multi-part messages
+    short = sum(n for w, n in words.items() if w <= 12)
+    assert short > 5_000  # enough short messages for RL targets
+
+
+def test_generated_subset_and_max_words():
+    config = GeneratedConfig(categories=["question", "edge"], max_words=6, count=300)
+    got = list(GeneratedSource(config, seed=0).messages())
+    assert len(got) == 300
+    assert {m.category for m in got} == {"question", "edge"}
+    assert all(len(m.text.split()) <= 6 for m in got)
+    with pytest.raises(ValueError, match="unknown categories"):
+        GeneratedConfig(categories=["poems"])
+
+
+# --- jsonl prompt source ---------------------------------------------------------------
+
+
+def _data_recipe(tmp_path: Path, prompts: str, data: str = "count = 20\nrl_count = 4") -> Path:
+    path = tmp_path / "data.toml"
+    path.write_text(
+        f'kind = "data"\nout = "{tmp_path / "run"}"\n\n[prompts]\n{prompts}\n\n[teacher]\nuse = "lexicon"\n\n[data]\n{data}\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_jsonl_source_reads_fields(tmp_path):
+    from emojikit_text.jsonl_source import JsonlConfig, JsonlSource
+
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"msg": "Pizza night!", "kind": "social"}\n\n{"msg": "Snow again"}\n', encoding="utf-8")
+    got = list(JsonlSource(JsonlConfig(path=f, field="msg", category_field="kind")).messages())
+    assert got == [Message("Pizza night!", "social"), Message("Snow again", "unknown")]
+
+
+def test_jsonl_bad_line_fails_with_file_and_line_before_any_model(tmp_path, monkeypatch):
+    import emojikit.embedding
+
+    def no_model(*a, **k):
+        raise AssertionError("a model was loaded before the input file was checked")
+
+    monkeypatch.setattr(emojikit.embedding, "MiniLM", no_model)
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"text": "hello"}\n{"text": "fine"}\n{"text": oops}\n', encoding="utf-8")
+    recipe = _data_recipe(tmp_path, f'use = "jsonl"\npath = "{f}"')
+    result = CliRunner().invoke(cli, ["run", str(recipe)])
+    assert result.exit_code == 2, result.output
+    lines = [l for l in result.output.strip().splitlines() if l]
+    assert len(lines) == 1 and f"{f}:3" in lines[0], result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_jsonl_missing_text_field_names_line(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"text": "hello"}\n{"body": "no text"}\n', encoding="utf-8")
+    result = CliRunner().invoke(cli, ["validate", str(_data_recipe(tmp_path, f'use = "jsonl"\npath = "{f}"'))])
+    assert result.exit_code == 2 and f"{f}:2" in result.output and "'text'" in result.output
+
+
+# --- lexicon teacher -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    from emojikit_text.lexicon import LexiconConfig, LexiconTeacher
+
+    return LexiconTeacher(LexiconConfig())
+
+
+def test_key_phrases_split_on_stopwords_and_punctuation():
+    from emojikit_text.lexicon import key_phrases
+
+    assert key_phrases("I got promoted and can't stop smiling") == ["promoted", "stop smiling"]
+    assert key_phrases("Pizza!") == ["pizza"]
+    assert key_phrases("ok") == []
+
+
+def test_lexicon_answers_are_2_to_8_distinct_emoji_and_deterministic(teacher):
+    messages = list(GeneratedSource(GeneratedConfig(), seed=11).messages(60)) + [Message("Ugh."), Message("ok")]
+    answers = teacher.answer(messages)
+    assert answers == teacher.answer(messages)
+    for message, answer in zip(messages, answers):
+        assert answer is not None, message
+        found = emojis.split(answer)
+        assert emojis.is_emoji_only(answer, 2, 8), (message, answer)
+        assert len(set(found)) == len(found), answer
+        assert not any(emojis.has_skin_tone(e) for e in found)
+        for flag in filter(emojis.is_flag, found):  # only for a country the message names
+            assert emojis.name(flag).lower() in message.text.lower(), (message, answer)
+
+
+def test_lexicon_promoted_is_not_four_smiling_faces(teacher):
+    (answer,) = teacher.answer([Message("I got promoted and can't stop smiling")])
+    names = [emojis.name(e) for e in emojis.split(answer)]
+    faces = [n for n in names if "face" in n]
+    assert len(faces) <= 2, names
+    assert any("face" not in n for n in names), names  # the promotion is carried too
+
+
+def test_lexicon_flags_only_for_named_countries(teacher):
+    named, unnamed = teacher.answer([Message("We're flying to Japan next week!"), Message("We're flying somewhere warm next week!")])
+    assert "🇯🇵" in emojis.split(named)
+    assert not any(emojis.is_flag(e) for e in emojis.split(unnamed))
+
+
+def test_lexicon_covers_different_phrases(teacher):
+    (answer,) = teacher.answer([Message("I baked pizza, walked the dog in the rain and played guitar")])
+    names = " ".join(emojis.name(e) for e in emojis.split(answer))
+    hits = [w for w in ("pizza", "dog", "rain", "guitar") if w in names]
+    assert len(hits) >= 3, names
+
+
+# --- metrics ---------------------------------------------------------------------------
+
+
+def test_literal_similarity_and_distinct_per_100():
+    scores = literal_similarity(["pizza and beer", "pizza and beer", "pizza and beer"], ["🍕🍺", "🚀🌋", "pizza 🍕"])
+    assert scores[0] > scores[1] > 0 and scores[2] == 0.0
+    assert distinct_per_100(["🍕🍺"] * 100 + ["🚀🌋"] * 100) == 2.0
+    assert distinct_per_100(["🍕🍺", "🍕🚀"]) == 150.0
+
+
+# --- the data recipe -------------------------------------------------------------------
+
+
+def test_data_recipe_small_count_produces_valid_files(tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        cli,
+        ["run", str(ROOT / "recipes" / "data.toml"), "--set", "data.count=200", "--set", "data.rl_count=40",
+         "--set", "data.test_fraction=0.1", "--set", f"out={out}"],
+    )
+    assert result.exit_code == 0, result.output
+    train = [json.loads(l) for l in (out / "sft_train.jsonl").read_text(encoding="utf-8").splitlines()]
+    test = [json.loads(l) for l in (out / "sft_test.jsonl").read_text(encoding="utf-8").splitlines()]
+    stats = json.loads((out / "data_stats.json").read_text(encoding="utf-8"))
+    assert len(train) + len(test) + stats["dropped_no_answer"] + stats["dropped_invalid"] == 200
+    assert len(test) == stats["sft_test"] == 20
+    users = []
+    for row in train + test:
+        roles = [m["role"] for m in row["messages"]]
+        assert roles == ["system", "user", "assistant"] and row["category"] in grammar.CATEGORIES
+        assert emojis.is_emoji_only(row["messages"][2]["content"], 2, 8), row
+        users.append(row["messages"][1]["content"])
+    assert len(users) == len(set(users))  # deduplicated, and no message in both splits
+
+    rl = [json.loads(l) for l in (out / "rl_prompts.jsonl").read_text(encoding="utf-8").splitlines()]
+    held = [json.loads(l) for l in (out / "rl_heldout.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(held) == 4 and len(rl) == 36
+    rl_texts, held_texts = {r["text"] for r in rl}, {r["text"] for r in held}
+    assert not rl_texts & held_texts
+    assert not held_texts & set(users)  # held-out RL targets never appear in SFT data
+    assert not rl_texts & {r["messages"][1]["content"] for r in test}
+    assert all(len(t.split()) <= 12 for t in rl_texts | held_texts)
+    assert 0 < stats["test_literal_similarity"] < 1 and stats["test_distinct_emoji_per_100"] > 0
+
+
+def test_filter_without_game_tables_is_a_clear_config_error(tmp_path):
+    recipe = _data_recipe(tmp_path, 'use = "generated"', "count = 10\nfilter_threshold = 0.5")
+    result = CliRunner().invoke(cli, ["run", str(recipe)])
+    assert result.exit_code == 2
+    assert "filter_threshold" in result.output and "[judge]" in result.output and "[backend]" in result.output

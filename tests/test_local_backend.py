@@ -1,0 +1,369 @@
+"""The local backend: logprob consistency, losses, training, checkpoints, offline loading.
+
+Exact loss arithmetic runs on a tiny random Llama built here (no download); behaviour on a
+real model runs on the bundled SmolLM2, loaded once per session.
+"""
+
+import time
+
+import pytest
+import torch
+
+from emojikit.bundled import SMOLLM2
+from emojikit.components import BuildContext
+from emojikit.errors import ModelUnavailableError, PluginError
+from emojikit.policy import AdamParams, Datum, SamplingParams
+from emojikit_local.config import LocalConfig
+from emojikit_local.loading import load_model, load_model_and_tokenizer
+from emojikit_local.plugin import check_model_available
+from emojikit_local.policy import LocalPolicy
+
+TINY_VOCAB = 64
+PAD, EOS = 0, 1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Two cores shared with other processes: OpenMP with 2 spinning threads runs ~10x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# --- decoders written for the tests -----------------------------------------------------
+
+
+class IdSetConstraint:
+    """A TokenConstraint: only `ids`; EOS once `min_tokens` are out; only EOS with one token left."""
+
+    def __init__(self, ids, eos_token_id, vocab_size, min_tokens=2):
+        self.ids, self.eos_token_id, self.vocab_size, self.min_tokens = list(ids), eos_token_id, vocab_size, min_tokens
+
+    def start(self):
+        return 0
+
+    def allowed(self, state, tokens_left):
+        mask_V = torch.zeros(self.vocab_size, dtype=torch.bool)
+        if tokens_left > 1:
+            mask_V[self.ids] = True
+        if state >= self.min_tokens or tokens_left == 1:
+            mask_V[self.eos_token_id] = True
+        return mask_V
+
+    def advance(self, state, token_id):
+        assert token_id in self.ids, f"token {token_id} sampled outside the mask"
+        return state + 1
+
+
+class IdSetDecoder:
+    min_emoji, max_emoji = 2, 8
+
+    def __init__(self, ids_for):
+        self.ids_for = ids_for  # tokenizer -> allowed ids
+
+    def bind(self, tokenizer):
+        return IdSetConstraint(self.ids_for(tokenizer), tokenizer.eos_token_id, len(tokenizer))
+
+
+# --- a tiny model --------------------------------------------------------------------------
+
+
+def tiny_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": PAD, "<eos>": EOS, "<unk>": 2, **{f"w{i}": i for i in range(3, TINY_VOCAB)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    return tokenizer
+
+
+def tiny_policy(**config) -> LocalPolicy:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model_config = LlamaConfig(
+        vocab_size=TINY_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=None,
+        initializer_range=0.5,  # a peaked, not uniform, next-token distribution
+    )
+    model = LlamaForCausalLM(model_config).eval()
+    config.setdefault("model", "tiny-test")
+    config.setdefault("micro_batch_size", 2)
+    return LocalPolicy(model, tiny_tokenizer(), LocalConfig(**config), seed=0)
+
+
+def random_datums(n=5, seed=0):
+    """Datums of different lengths, loss on their tails, with advantages and sampler logprobs."""
+    g = torch.Generator().manual_seed(seed)
+    datums = []
+    for i in range(n):
+        length = 6 + 2 * i
+        tokens = torch.randint(3, TINY_VOCAB, (length + 1,), generator=g).tolist()
+        n_prompt = 3
+        weights = [0.0] * (n_prompt - 1) + [1.0] * (length - n_prompt + 1)
+        advantage = float(torch.randn(1, generator=g))
+        datums.append(Datum(
+            model_input=tokens[:-1], target_tokens=tokens[1:], weights=weights,
+            advantages=[advantage * w for w in weights],
+            logprobs=[0.0] * length,  # filled in by the test
+        ))
+    return datums
+
+
+def hand_logprobs(model, datum, temperature):
+    """Unpadded, one datum at a time, straight from the logits."""
+    logits_T_V = model(input_ids=torch.tensor([datum.model_input])).logits[0]
+    return torch.log_softmax(logits_T_V / temperature, dim=-1).gather(-1, torch.tensor(datum.target_tokens)[:, None]).squeeze(-1)
+
+
+def trainable_grads(policy):
+    return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in policy.trainable]
+
+
+@pytest.mark.parametrize("loss", ["ppo", "importance_sampling", "cross_entropy"])
+def test_losses_match_a_hand_computation(loss):
+    policy = tiny_policy()
+    # move off the zero-initialised LoRA B so gradients reach every LoRA matrix
+    for p in policy.trainable:
+        torch.nn.init.normal_(p, std=0.05)
+    temperature, clip = 0.8, 0.2
+    datums = random_datums()
+    noise = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for d in datums:  # sampler logprobs off by up to ~0.5 nats, so some ratios clip
+            d.logprobs = (hand_logprobs(policy.model, d, temperature) + 0.3 * torch.randn(len(d.weights), generator=noise)).tolist()
+
+    out = policy.forward_backward(datums, loss, temperature=temperature, clip=clip)
+    backend_grads = trainable_grads(policy)
+    policy.model.zero_grad(set_to_none=True)
+
+    terms, clipped = [], []
+    for d in datums:
+        logp = hand_logprobs(policy.model, d, temperature)
+        on = torch.tensor(d.weights) != 0
+        q, adv, w = torch.tensor(d.logprobs), torch.tensor(d.advantages), torch.tensor(d.weights)
+        ratio = torch.exp(logp - q)
+        if loss == "cross_entropy":
+            term = -w * logp
+        elif loss == "importance_sampling":
+            term = -ratio * adv
+        else:
+            unclipped, clipped_obj = ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv
+            term = -torch.minimum(unclipped, clipped_obj)
+            clipped.append((unclipped > clipped_obj)[on])
+        terms.append(term[on])
+    n_tokens = sum(int((torch.tensor(d.weights) != 0).sum()) for d in datums)
+    hand_loss = torch.cat(terms).sum() / n_tokens
+    hand_loss.backward()
+
+    assert out.n_tokens == n_tokens
+    assert out.loss == pytest.approx(hand_loss.item(), abs=1e-5)
+    for got, want in zip(backend_grads, trainable_grads(policy)):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-4)
+    if loss == "ppo":
+        fraction = float(torch.cat(clipped).float().mean())
+        assert 0 < fraction < 1  # the test exercises both branches
+        assert out.metrics["clip_fraction"] == pytest.approx(fraction)
+        assert out.metrics["ratio_max_deviation"] > clip
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_tiny_sampler_logprobs_match_compute_logprobs_under_a_mask(top_p):
+    policy = tiny_policy()
+    decoder = IdSetDecoder(lambda tok: list(range(4, TINY_VOCAB, 2)))
+    prompts = [[{"role": "user", "content": "w5 w6 w7"}], [{"role": "user", "content": "w9 w10 w11 w12 w13 w14"}]]
+    params = SamplingParams(max_tokens=7, temperature=0.7, top_p=top_p, seed=3)
+    groups = policy.sample(prompts, 4, params, decoder)
+    samples = [s for group in groups for s in group]
+    assert [len(g) for g in groups] == [4, 4]
+    for s in samples:
+        assert all(t % 2 == 0 and t >= 4 for t in s.tokens if t != EOS)
+        assert len(s.tokens) <= 7 and s.tokens[-1] == EOS  # the mask forces EOS within the budget
+    datums = [Datum.from_sample(s, advantage=1.0, decoded=True) for s in samples]
+    recomputed = policy.compute_logprobs(datums, temperature=0.7, decoder=decoder)
+    for d, s, lp in zip(datums, samples, recomputed):
+        assert lp[-len(s.tokens):] == pytest.approx(s.logprobs, abs=1e-3)
+    # without the mask the same tokens score differently: the mask is really applied
+    unmasked = policy.compute_logprobs(datums, temperature=0.7)
+    assert any(abs(a - b) > 1e-2 for lp, um in zip(recomputed, unmasked) for a, b in zip(lp, um))
+
+
+def test_reference_is_the_init_checkpoint_and_stays_frozen(tmp_path):
+    policy = tiny_policy()
+    datums = random_datums(3)
+    for _ in range(3):
+        policy.forward_backward(datums, "cross_entropy")
+        policy.optim_step(AdamParams(learning_rate=1e-2))
+    trained = policy.compute_logprobs(datums)
+    assert trained != policy.compute_logprobs(datums, reference=True)  # the base differs
+    ref = policy.save(str(tmp_path / "sft"))
+
+    started = tiny_policy(init_from=ref)
+    for got, want in zip(started.compute_logprobs(datums), trained):
+        assert got == pytest.approx(want, abs=1e-6)
+    started.forward_backward(datums, "cross_entropy")
+    started.optim_step(AdamParams(learning_rate=1e-2))
+    for got, want in zip(started.compute_logprobs(datums, reference=True), trained):
+        assert got == pytest.approx(want, abs=1e-6)
+    assert started.compute_logprobs(datums) != trained
+    assert all(p.requires_grad for p in started.trainable)  # switching adapters left training on
+
+
+# --- the bundled SmolLM2 ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def smol():
+    torch.set_num_threads(1)
+    model, tokenizer = load_model_and_tokenizer(SMOLLM2)
+    return LocalPolicy(model, tokenizer, LocalConfig(), seed=0)
+
+
+PROMPTS = [
+    [{"role": "user", "content": "Describe a rainy afternoon in the city."}],
+    [{"role": "user", "content": "What should I cook tonight?"}],
+]
+
+
+def assert_consistent(policy, groups, temperature, decoder=None):
+    samples = [s for group in groups for s in group]
+    datums = [Datum.from_sample(s, advantage=0.5, decoded=decoder is not None) for s in samples]
+    recomputed = policy.compute_logprobs(datums, temperature=temperature, decoder=decoder)
+    worst = max(abs(a - b) for d, s, lp in zip(datums, samples, recomputed) for a, b in zip(lp[-len(s.tokens):], s.logprobs))
+    assert worst < 1e-3
+    # and so the importance ratio starts at 1
+    out = policy.forward_backward(datums, "ppo", temperature=temperature, decoder=decoder)
+    policy.model.zero_grad(set_to_none=True)
+    assert out.metrics["ratio_max_deviation"] < 1e-3
+
+
+def test_bundled_sampler_logprobs_match_compute_logprobs(smol):
+    groups = smol.sample(PROMPTS, 3, SamplingParams(max_tokens=10, temperature=1.0, top_p=0.95, seed=1))
+    assert all(len(g) == 3 for g in groups)
+    samples = [s for g in groups for s in g]
+    assert all(s.text == smol.decode(s.tokens) and "<|im_end|>" not in s.text for s in samples)
+    assert all(s.stop_reason == "length" or s.tokens[-1] in smol.stop_ids for s in samples)
+    assert_consistent(smol, groups, 1.0)
+
+
+def test_bundled_logprobs_match_under_a_test_mask(smol):
+    digits = IdSetDecoder(lambda tok: [tok.convert_tokens_to_ids(str(d)) for d in range(10)])
+    groups = smol.sample(PROMPTS, 3, SamplingParams(max_tokens=6, temperature=0.7, seed=2), digits)
+    for s in (s for g in groups for s in g):
+        assert s.text.isdigit() and s.stop_reason == "eos"
+    assert_consistent(smol, groups, 0.7, digits)
+
+
+def test_bundled_logprobs_match_under_the_emoji_mask(smol):
+    from emojikit.registry import get_registry
+
+    try:
+        component = get_registry().get("decoder", "emoji-mask")
+    except PluginError:
+        pytest.skip("the emoji-mask decoder plugin is not installed")
+    decoder = component.factory(component.config(), BuildContext())
+    groups = smol.sample(PROMPTS, 2, SamplingParams(max_tokens=16, temperature=1.0, seed=4), decoder)
+    for s in (s for g in groups for s in g):
+        assert decoder.check(s.text).valid, s.text
+    assert_consistent(smol, groups, 1.0, decoder)
+
+
+def sft_datums(policy):
+    pairs = [("I love pizza", "🍕❤️"), ("Going to the beach", "🏖️🌊☀️"), ("Happy birthday!", "🎂🎉"), ("It is raining", "🌧️☔")]
+    datums = []
+    for message, answer in pairs:
+        prompt = policy.encode_prompt([{"role": "user", "content": message}])
+        completion = policy.tokenizer(answer, add_special_tokens=False)["input_ids"] + [policy.tokenizer.eos_token_id]
+        tokens = prompt + completion
+        weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
+        datums.append(Datum(model_input=tokens[:-1], target_tokens=tokens[1:], weights=weights))
+    return datums
+
+
+@pytest.fixture(scope="module")
+def trained(smol, tmp_path_factory):
+    """A few cross_entropy steps, then a checkpoint."""
+    datums = sft_datums(smol)
+    losses = []
+    for _ in range(4):
+        losses.append(smol.forward_backward(datums, "cross_entropy").loss)
+        smol.optim_step(AdamParams(learning_rate=3e-3))
+    losses.append(smol.forward_backward(datums, "cross_entropy").loss)
+    smol.model.zero_grad(set_to_none=True)
+    ref = smol.save(str(tmp_path_factory.mktemp("ckpt") / "step4"))
+    return datums, losses, ref
+
+
+def test_cross_entropy_steps_lower_the_loss(trained):
+    _, losses, _ = trained
+    assert losses[-1] < losses[0] - 0.5, losses
+
+
+def test_save_then_load_gives_identical_logprobs(smol, trained):
+    datums, _, ref = trained
+    saved = smol.compute_logprobs(datums)
+    saved_state = {k: v.clone() for k, v in smol.optimizer.state_dict()["state"][0].items()}
+    smol.forward_backward(datums, "cross_entropy")
+    smol.optim_step(AdamParams(learning_rate=3e-3))
+    assert smol.compute_logprobs(datums) != saved
+    smol.load(ref)
+    assert smol.compute_logprobs(datums) == saved
+    assert smol.step == 4
+    for key, value in smol.optimizer.state_dict()["state"][0].items():
+        torch.testing.assert_close(value, saved_state[key])
+
+
+def test_the_checkpoint_is_a_plain_peft_adapter_and_reference_is_the_base(smol, trained):
+    from peft import PeftModel
+
+    datums, _, ref = trained
+    base = load_model(SMOLLM2)
+
+    def plain_logprobs(model):
+        with torch.inference_mode():
+            return [hand_logprobs(model, d, 1.0).tolist() for d in datums]
+
+    for got, want in zip(smol.compute_logprobs(datums, reference=True), plain_logprobs(base)):
+        assert got == pytest.approx(want, abs=1e-4)
+    adapted = PeftModel.from_pretrained(base, ref)
+    for got, want in zip(smol.compute_logprobs(datums), plain_logprobs(adapted)):
+        assert got == pytest.approx(want, abs=1e-4)
+
+
+# --- offline loading ---------------------------------------------------------------------
+
+
+def test_a_model_not_available_offline_fails_fast(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    missing = "emojikit-tests/no-such-model"
+    started = time.monotonic()
+    with pytest.raises(ModelUnavailableError) as error:
+        load_model_and_tokenizer(missing)
+    assert time.monotonic() - started < 10
+    message = str(error.value)
+    assert missing in message and "huggingface-cli download" in message
+    with pytest.raises(ModelUnavailableError, match="huggingface-cli download"):
+        check_model_available(LocalConfig(model=missing), BuildContext())
+
+
+def test_the_bundled_model_loads_unquantized(smol):
+    base = smol.model.get_base_model()
+    assert not getattr(base, "is_quantized", False) and getattr(base, "hf_quantizer", None) is None
+    assert getattr(base.config, "quantization_config", None) is None
+    assert next(base.parameters()).dtype == torch.float32
+
+
+@pytest.mark.slow
+def test_the_bundled_model_is_dequantized_once_then_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMOJIKIT_CACHE_DIR", str(tmp_path))
+    first = load_model(SMOLLM2)  # from the GGUF (~20 s)
+    assert (tmp_path / "models" / "smollm2-135m-instruct" / "config.json").exists()
+    started = time.monotonic()
+    second = load_model(SMOLLM2)
+    assert time.monotonic() - started < 15
+    for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=name)

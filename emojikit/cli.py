@@ -226,15 +226,69 @@ def mask(model: str, export: Path | None, overrides: tuple[str, ...]):
 @click.option("--temperature", default=0.7, show_default=True)
 @click.option("--seed", type=int, default=None, help="Seed for the message choice and sampling (default: random).")
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
+@click.option("--human", is_flag=True, help="You are the guesser: type a guess per line (stdin) after each emoji turn; a score at the end.")
 @friendly_errors
-def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_turns, temperature, seed, overrides):
-    """Watch the sender and the judge play one message, turn by turn."""
+def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_turns, temperature, seed, overrides, human):
+    """Watch the sender and the judge play one message, turn by turn (or guess yourself with --human)."""
     from emojikit.game import watch
 
     if recipe_path is None and Path("recipes/grpo.toml").exists():
         recipe_path = Path("recipes/grpo.toml")
     choices = {"backend": backend, "decoder": decoder, "judge": judge, "reward": reward}
+    if human:
+        from emojikit.interactive import run_human_play
+
+        if judge:
+            raise click.UsageError("--judge has no effect with --human: you are the judge")
+        choices.pop("judge")
+        run_human_play(recipe_path, message=message, checkpoint=checkpoint, choices=choices, overrides=overrides, max_turns=max_turns, temperature=temperature, seed=seed, stream=sys.stdin, echo=click.echo)
+        return
     watch(recipe_path, message=message, checkpoint=checkpoint, choices=choices, overrides=overrides, max_turns=max_turns, temperature=temperature, seed=seed, echo=click.echo)
+
+
+@cli.command()
+@click.option("--checkpoint", default="base", show_default=True, help='A sender checkpoint directory, or "base" for the start model.')
+@click.option("--recipe", "recipe_path", default=None, type=click.Path(path_type=Path), help="Recipe whose [backend] and [decoder] to use (default: recipes/grpo.toml if present, else each component's defaults).")
+@click.option("--backend", default=None, help="Backend instead of the recipe's (default config).")
+@click.option("--decoder", default=None, help="Decoder instead of the recipe's, e.g. none to see the unmasked model.")
+@click.option("--max-emoji", type=click.IntRange(1, 32), default=None, help="Most emoji per answer (the decoder's max_emoji).")
+@click.option("--temperature", default=0.7, show_default=True)
+@click.option("--seed", type=int, default=None, help="Sampling seed (default: random).")
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
+@friendly_errors
+def chat(checkpoint, recipe_path, backend, decoder, max_emoji, temperature, seed, overrides):
+    """Chat with the sender: it answers every line of stdin with emoji (a pipe works too)."""
+    from emojikit.interactive import run_chat
+
+    run_chat(recipe_path, checkpoint=checkpoint, backend=backend, decoder=decoder, overrides=overrides, max_emoji=max_emoji, temperature=temperature, seed=seed, stream=sys.stdin, echo=click.echo)
+
+
+@cli.command("inspect")
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.option("--step", type=int, default=None, help="Only episodes of this training step.")
+@click.option("--target", default=None, help="Only episodes whose target contains this text (case-insensitive).")
+@click.option("--worst", type=click.IntRange(1), default=None, help="The N lowest-reward episodes, worst first.")
+@click.option("--best", type=click.IntRange(1), default=None, help="The N highest-reward episodes, best first.")
+@friendly_errors
+def inspect_episodes(run_dir, step, target, worst, best):
+    """Browse a run's episodes (episodes.jsonl): target, emoji, guesses, similarities, reward."""
+    from emojikit.inspect_run import inspect_lines
+
+    for line in inspect_lines(run_dir, step=step, target=target, worst=worst, best=best):
+        click.echo(line)
+
+
+@cli.command()
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: RUN/report).")
+@click.option("--examples", default=3, show_default=True, help="Best and worst episodes of the last step to show.")
+@friendly_errors
+def report(run_dir, out, examples):
+    """PNG plots of reward, similarity, success rate, KL and turns over steps, and report.md."""
+    from emojikit.inspect_run import write_report
+
+    path, plots = write_report(run_dir, out, examples)
+    click.echo(f"wrote {path}" + (f" and {len(plots)} plots ({', '.join(p.name for p in plots)})" if plots else " (no training metrics to plot)"))
 
 
 def main() -> None:

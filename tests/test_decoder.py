@@ -137,7 +137,7 @@ def test_token_bytes_match_decoding(smollm2, spiece):
         assert all(table[i] is None for i in tokenizer.all_special_ids)
         ids = [i for i, b in enumerate(table) if b is not None]
         for i in random.Random(1).sample(ids, min(2000, len(ids))):
-            assert table[i].decode("utf-8", "replace") == tokenizer.decode([i]).replace("\ufffd", "\ufffd")
+            assert table[i].decode("utf-8", "replace") == tokenizer.decode([i])
     spiece_bytes = token_bytes(spiece)
     assert spiece_bytes[spiece.convert_tokens_to_ids("<0xF0>")] == b"\xf0"
     assert spiece_bytes[spiece.convert_tokens_to_ids("\u2581😀")] == " 😀".encode()
@@ -461,14 +461,14 @@ def test_smollm2_at_temperature_1_5_never_produces_invalid_answers(decoder):
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    prompts = ["I just got the job!", "My cat knocked over the plant again.", "Let's get pizza tonight.", "The exam was brutal."] * 8
+    prompts = ["I just got the job!", "My cat knocked over the plant again.", "Let's get pizza tonight.", "The exam was brutal."] * 4
     chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True) for p in prompts]
     batch = tokenizer(chats, return_tensors="pt", padding=True, add_special_tokens=False)
     torch.manual_seed(0)
     with torch.no_grad():
         out = model.generate(
-            **batch, do_sample=True, temperature=1.5, top_k=0, top_p=1.0, max_new_tokens=16,
-            logits_processor=[EmojiLogitsProcessor(constraint, 16)], pad_token_id=tokenizer.pad_token_id, eos_token_id=constraint.eos_token_id,
+            **batch, do_sample=True, temperature=1.5, top_k=0, top_p=1.0, max_new_tokens=12,
+            logits_processor=[EmojiLogitsProcessor(constraint, 12)], pad_token_id=tokenizer.pad_token_id, eos_token_id=constraint.eos_token_id,
         )
     texts = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     assert [t for t in texts if not decoder.check(t).valid] == []

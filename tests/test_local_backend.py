@@ -12,7 +12,7 @@ import torch
 from emojikit.bundled import SMOLLM2
 from emojikit.components import BuildContext
 from emojikit.errors import ModelUnavailableError, PluginError
-from emojikit.policy import AdamParams, Datum, SamplingParams
+from emojikit.policy import AdamParams, Datum, Policy, SamplingParams
 from emojikit_local.config import LocalConfig
 from emojikit_local.loading import load_model, load_model_and_tokenizer
 from emojikit_local.plugin import check_model_available
@@ -242,6 +242,7 @@ def assert_consistent(policy, groups, temperature, decoder=None):
 
 
 def test_bundled_sampler_logprobs_match_compute_logprobs(smol):
+    assert isinstance(smol, Policy)
     groups = smol.sample(PROMPTS, 3, SamplingParams(max_tokens=10, temperature=1.0, top_p=0.95, seed=1))
     assert all(len(g) == 3 for g in groups)
     samples = [s for g in groups for s in g]
@@ -277,7 +278,8 @@ def sft_datums(policy):
     datums = []
     for message, answer in pairs:
         prompt = policy.encode_prompt([{"role": "user", "content": message}])
-        completion = policy.tokenizer(answer, add_special_tokens=False)["input_ids"] + [policy.tokenizer.eos_token_id]
+        completion = policy.encode_completion(answer)
+        assert completion[-1] in policy.stop_ids and policy.decode(completion) == answer
         tokens = prompt + completion
         weights = [0.0] * (len(prompt) - 1) + [1.0] * len(completion)
         datums.append(Datum(model_input=tokens[:-1], target_tokens=tokens[1:], weights=weights))

@@ -84,8 +84,8 @@ class EmojiConstraint:
         self._state_ids: dict[frozenset, int] = {}
         self._node_tokens: dict[int, dict[int, list[tuple[int, int]]]] = {}
         self._next: dict[tuple[int, int], int] = {}
-        self._allowed_ids: dict[tuple[int, int], torch.Tensor] = {}
-        self._eos_only = torch.tensor([self.eos_token_id], dtype=torch.long)
+        self._allowed_ids: dict[tuple[int, int], np.ndarray] = {}
+        self._eos_only = np.array([self.eos_token_id], dtype=np.int64)
         self._lock = threading.Lock()
         self.dead = self._intern(frozenset())
         self._start = self._intern(frozenset({(graph.start, 0)}))
@@ -156,7 +156,7 @@ class EmojiConstraint:
 
     # --- masks -------------------------------------------------------------------------
 
-    def allowed_ids(self, state: int, tokens_left: int) -> torch.Tensor:
+    def _allowed_np(self, state: int, tokens_left: int) -> np.ndarray:
         """Sorted token ids allowed next (int64); cached per (state, effective budget)."""
         budget = min(int(tokens_left), self._budget_cap)
         key = (state, budget)
@@ -175,23 +175,28 @@ class EmojiConstraint:
                 fits_E = self._dist[g.edge_dst[lo:hi], count_E] <= budget - 1
                 parts.append(g.edge_token[lo:hi][fits_E])
         if ends:
-            parts.append(np.array([self.eos_token_id]))
-        merged = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
-        ids = torch.from_numpy(merged.astype(np.int64)) if merged.size else self._eos_only
+            parts.append(np.array([self.eos_token_id], dtype=np.int64))
+        merged = np.unique(np.concatenate(parts)).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+        ids = merged if merged.size else self._eos_only
         self._allowed_ids[key] = ids
         return ids
 
+    def allowed_ids(self, state: int, tokens_left: int) -> torch.Tensor:
+        """Sorted token ids allowed next (int64)."""
+        return torch.from_numpy(self._allowed_np(state, tokens_left).copy())
+
     def allowed(self, state: int, tokens_left: int, width: Optional[int] = None) -> torch.Tensor:
         """Boolean mask [width or vocab_size]: True where the token may come next."""
-        mask = torch.zeros(width or self.vocab_size, dtype=torch.bool)
-        mask[self.allowed_ids(state, tokens_left)] = True
-        return mask
+        return self.allowed_batch([state], [tokens_left], width)[0]
 
     def allowed_batch(self, states: Sequence[int], tokens_left: Sequence[int], width: Optional[int] = None) -> torch.Tensor:
-        """Boolean masks [B, width or vocab_size] for a batch (width: the logits' last dim)."""
-        ids_B = [self.allowed_ids(s, left) for s, left in zip(states, tokens_left)]
-        mask_B_V = torch.zeros(len(ids_B), width or self.vocab_size, dtype=torch.bool)
-        if ids_B:
-            rows = torch.repeat_interleave(torch.arange(len(ids_B)), torch.tensor([len(ids) for ids in ids_B]))
-            mask_B_V[rows, torch.cat(ids_B)] = True
-        return mask_B_V
+        """Boolean masks [B, width or vocab_size] for a batch (width: the logits' last dim).
+
+        Built in numpy: single-threaded small ops stay fast when torch's thread pool is busy.
+        """
+        width = width or self.vocab_size
+        mask_B_V = np.zeros((len(states), width), dtype=bool)
+        for row, (state, left) in enumerate(zip(states, tokens_left)):
+            ids = self._allowed_np(state, left)
+            mask_B_V[row, ids if width >= self.vocab_size else ids[ids < width]] = True
+        return torch.from_numpy(mask_B_V)

@@ -22,5 +22,6 @@ class LocalConfig(ConfigModel):
     max_seq_len: int = Field(1024, ge=2, description="longest prompt + completion sampled or trained; longer ones are an error")
     micro_batch_size: int = Field(8, ge=1, description="sequences per forward pass; larger batches accumulate gradients over micro-batches")
     sample_batch_size: int = Field(64, ge=1, description="sequences decoded together when sampling")
+    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads for this process (default: torch's choice); 1 is often fastest on a shared, busy machine")
     seed: Optional[int] = Field(None, description="seed for LoRA init and sampling (default: the run seed)")
     init_from: Optional[ExistingPath] = Field(None, description="a saved checkpoint (adapter folder) to start from, e.g. an SFT adapter; it is also the reference policy for KL, and its LoRA config replaces the one above")

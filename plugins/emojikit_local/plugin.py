@@ -15,6 +15,10 @@ def build_local_policy(config: LocalConfig, ctx: BuildContext):
     from emojikit_local.loading import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
 
+    if config.threads is not None:
+        import torch
+
+        torch.set_num_threads(config.threads)
     model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype, device=config.device)
     return LocalPolicy(model, tokenizer, config, seed=ctx.seed)
 

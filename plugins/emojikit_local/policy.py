@@ -18,10 +18,9 @@ from emojikit.errors import ConfigError, InputFileError
 from emojikit.policy import AdamParams, ChatMessages, Datum, LossOutput, Sample, SamplingParams
 from emojikit_local import checkpoint
 from emojikit_local.config import LocalConfig
-from emojikit_local.distribution import effective_temperature
 from emojikit_local.losses import LOSSES, loss_sum
 from emojikit_local.sampling import decode_batch
-from emojikit_local.scoring import target_logprobs
+from emojikit_local.scoring import first_needed_position, target_logprobs
 
 TRAINED, REFERENCE = "default", "reference"
 
@@ -89,6 +88,14 @@ class LocalPolicy:
             raise ConfigError(f"model {self._model_ref!r} has no chat template; use an instruct/chat model")
         text = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode_completion(self, text: str) -> list[int]:
+        """The answer's tokens, then the end-of-turn token the sampler stops on (<|im_end|>
+        for ChatML models, else EOS)."""
+        end_of_turn = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if end_of_turn is None or end_of_turn == self.tokenizer.unk_token_id:
+            end_of_turn = self.tokenizer.eos_token_id
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + [end_of_turn]
 
     def decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
@@ -182,7 +189,10 @@ class LocalPolicy:
         try:
             for batch in self._micro_batches(datums):
                 chunk = [datums[i] for i in batch]
-                logprobs_B_T = target_logprobs(self.model, chunk, temperature=temperature, constraint=constraint, budget=self.decode_budget, pad_id=self.pad_id, device=self.device)
+                logprobs_B_T = target_logprobs(
+                    self.model, chunk, temperature=temperature, constraint=constraint, budget=self.decode_budget,
+                    pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk),
+                )
                 weights_B_T = self._per_position(chunk, lambda d: d.weights, logprobs_B_T.shape)
                 on_B_T = weights_B_T != 0
                 advantages_B_T = self._per_position(chunk, lambda d: d.advantages or [0.0] * len(d.weights), logprobs_B_T.shape)

@@ -25,11 +25,11 @@ from emojikit.config import ConfigModel
 
 class SimilarityConfig(ConfigModel):
     success_threshold: float = Field(
-        0.8,
+        0.85,
         gt=0,
         le=1,
-        description="A guess at least this similar ends the episode as a success. Exact retrieval scores 1.0; "
-        "distinct everyday messages rarely pass 0.7.",
+        description="A guess at least this similar ends the episode as a success. Exact retrieval scores 1.0; a message of the "
+        "`generated` source and its nearest other message score 0.60 (median) and 0.79 (90th percentile).",
     )
     success_bonus: float = Field(1.0, ge=0, description="Added on success.")
     success_decay: float = Field(0.5, ge=0, le=1, description="The bonus is multiplied by this for every turn after the first.")

@@ -83,8 +83,12 @@ class Judge(Protocol):
     targets before play when a judge has it; a retrieval judge adds them to its pool.
     """
 
-    def guess(self, views: Sequence[JudgeView]) -> list[str]:
-        """One reconstructed message per view (batched); "" where there is nothing to read."""
+    def guess(self, views: Sequence[JudgeView]) -> list[Optional[str]]:
+        """One reconstructed message per view (batched); "" where there is nothing to read.
+
+        None for a view the judge could not answer: a remote judge whose request still failed
+        after its retries. The game ends that episode as failed; GRPO drops its group.
+        """
 
 
 @dataclass
@@ -105,6 +109,7 @@ class Episode:
     turns: list[EpisodeTurn] = field(default_factory=list)
     success: bool = False
     reward: dict[str, float] = field(default_factory=dict)
+    failed: bool = False  # the judge could not answer a turn (remote faults); the episode ended there
 
 
 @runtime_checkable

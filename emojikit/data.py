@@ -6,6 +6,9 @@ Outputs in the run directory (each written atomically):
                                     held-out targets never appear in any SFT file or in
                                     rl_prompts, and rl_prompts avoids the SFT test split
   data_stats.json                   counts, drops, teacher speed, test-split quality
+  teacher_progress.jsonl            the teacher's answers, one line per finished chunk, so an
+                                    interrupted run (SIGINT/SIGTERM or kill -9) resumes with
+                                    --resume without asking the teacher again
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from emojikit.io import atomic_write_jsonl, atomic_write_text
 
 SYSTEM_PROMPT = "Reply to every message with 2 to 8 emoji that convey its meaning. Emoji only: no words, no punctuation."
 FILTER_TABLES = ("judge", "reward", "backend")
+PROGRESS_FILE = "teacher_progress.jsonl"
 
 
 class DataSettings(ConfigModel):
@@ -86,15 +90,33 @@ def draw_messages(source, n: int) -> list[Message]:
     return out
 
 
-def label(teacher, messages: list[Message], batch: int) -> list[Optional[str]]:
+def label(teacher, messages: list[Message], batch: int, run_dir, resume_hint: str) -> list[Optional[str]]:
+    """The teacher's answers, chunk by chunk. Each finished chunk is appended to
+    teacher_progress.jsonl (one write); a chunk answered there in full is not asked again.
+    SIGINT or SIGTERM stops after the current chunk."""
     from tqdm import tqdm
 
+    from emojikit.interrupt import Interrupted, graceful_stop
+
+    done = run_dir.read(PROGRESS_FILE)
+    if done:  # rewritten whole, so a line cut by kill -9 is gone before we append after it
+        atomic_write_jsonl(run_dir.file(PROGRESS_FILE), done)
+    # Only answers count: a message the teacher could not answer is asked again on resume.
+    known = {text: answer for row in done for text, answer in zip(row["texts"], row["answers"]) if answer is not None}
     answers: list[Optional[str]] = []
-    with tqdm(total=len(messages), desc="teacher", unit="msg") as bar:
+    with graceful_stop() as stop, tqdm(total=len(messages), desc="teacher", unit="msg") as bar:
         for start in range(0, len(messages), batch):
             chunk = messages[start : start + batch]
-            answers.extend(teacher.answer(chunk))
+            if all(m.text in known for m in chunk):
+                answers.extend(known[m.text] for m in chunk)
+            else:
+                chunk_answers = teacher.answer(chunk)
+                run_dir.log(PROGRESS_FILE, {"texts": [m.text for m in chunk], "answers": chunk_answers})
+                answers.extend(chunk_answers)
             bar.update(len(chunk))
+            if stop and start + batch < len(messages):
+                bar.close()
+                raise Interrupted(f"stopped by {stop.signal_name} after {len(answers)} of {len(messages)} messages (answers saved); {resume_hint}")
     return answers
 
 
@@ -118,7 +140,7 @@ def run(recipe, run_dir) -> None:
 
     teacher = recipe.build("teacher", run_dir.path)
     teacher_started = time.monotonic()
-    answers = label(teacher, sft_messages, settings.teacher_batch)
+    answers = label(teacher, sft_messages, settings.teacher_batch, run_dir, f"resume with: emojikit run {recipe.path} --resume")
     teacher_seconds = time.monotonic() - teacher_started
 
     pairs, dropped_none, dropped_invalid = [], 0, 0

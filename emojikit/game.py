@@ -24,13 +24,13 @@ from pydantic import Field, field_validator
 from emojikit import emojis
 from emojikit.components import Episode, EpisodeTurn, JudgeView, Message
 from emojikit.config import ConfigModel
+from emojikit.data import SYSTEM_PROMPT as SFT_SYSTEM_PROMPT
 from emojikit.policy import ChatMessages, SamplingParams
 
-DEFAULT_SYSTEM = (
-    "You communicate only in emoji. Reply with 2-8 emoji and nothing else: "
-    "no words, no letters, no punctuation."
-)
-DEFAULT_FIRST_TURN = "Message: {target}\nAnswer with 2-8 emoji that convey this message."
+# The first turn is exactly an SFT example (same system prompt, the bare message), so a
+# sender fine-tuned by recipes/sft.toml starts GRPO on the distribution it was trained on.
+DEFAULT_SYSTEM = SFT_SYSTEM_PROMPT
+DEFAULT_FIRST_TURN = "{target}"
 DEFAULT_FOLLOW_UP = (
     'The guesser read your emoji as: "{guess}"\n'
     "The message is still: {target}\n"
@@ -156,15 +156,19 @@ def play(
         guesses = judge.guess([judge_view(ep) for ep in live])
         if len(guesses) != len(live):
             raise RuntimeError(f"judge returned {len(guesses)} guesses for {len(live)} episodes")
-        similarities = reward.similarity([ep.target for ep in live], list(guesses))
-        for ep, guess, sim in zip(live, guesses, similarities):
+        # None: a remote judge gave up on this view after its retries; the episode ends failed.
+        answered = [(ep, guess) for ep, guess in zip(live, guesses) if guess is not None]
+        for ep, guess in zip(live, guesses):
+            ep.failed = guess is None
+        similarities = reward.similarity([ep.target for ep, _ in answered], [g for _, g in answered]) if answered else []
+        for (ep, guess), sim in zip(answered, similarities):
             ep.turns[-1].guess = guess
             ep.turns[-1].similarity = float(sim)
             ep.success = float(sim) >= reward.success_threshold
 
         if on_turn is not None:
             on_turn(turn_index + 1, list(live))
-        live = [ep for ep in live if not ep.success]
+        live = [ep for ep in live if not ep.success and not ep.failed]
 
     for ep, breakdown in zip(episodes, reward.score(episodes)):
         ep.reward = dict(breakdown)
@@ -184,6 +188,7 @@ def episode_to_json(ep: Episode) -> dict:
         "target": ep.target,
         "category": ep.category,
         "success": ep.success,
+        **({"failed": True} if ep.failed else {}),
         "n_turns": len(ep.turns),
         "reward": {k: round(float(v), 4) for k, v in ep.reward.items()},
         "turns": turns,

@@ -40,6 +40,9 @@ class GRPOSettings(ConfigModel):
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0: only at the end).")
     log_groups: int = Field(2, ge=0, description="Groups per step written whole to episodes.jsonl.")
     target_pool: int = Field(2000, ge=1, description="Training targets drawn from the prompt source.")
+    max_failed_steps: int = Field(
+        3, ge=1, description="Stop (with a checkpoint) after this many steps in a row in which the judge failed on every group."
+    )
 
 
 def group_advantages(rewards_G: list[float], normalize_std: bool) -> list[float]:
@@ -52,11 +55,11 @@ def group_advantages(rewards_G: list[float], normalize_std: bool) -> list[float]
     return centred
 
 
-def episode_datums(episode, advantage: float, decoded: bool) -> list:
+def episode_datums(episode, advantage: float, budget: int) -> list:
     """One datum per turn: the turn's prompt plus the sender's tokens, which carry the advantage."""
     from emojikit.policy import Datum
 
-    return [Datum.from_sample(turn.sample, advantage=advantage, decoded=decoded) for turn in episode.turns if turn.sample is not None]
+    return [Datum.from_sample(turn.sample, advantage=advantage, decoded=True, decode_budget=budget) for turn in episode.turns if turn.sample is not None]
 
 
 def resolve_start(settings: GRPOSettings) -> Optional[str]:
@@ -87,12 +90,13 @@ def evaluate_game(policy, decoder, judge, reward, targets, game_settings, temper
     sampling = SamplingParams(max_tokens=game_settings.max_new_tokens, temperature=temperature, seed=seed)
     episodes = play(policy, decoder, judge, reward, targets, settings=game_settings, sampling=sampling, group_size=1)
     reward.score(episodes)
-    return {"targets": len(targets), **summarize(episodes)}
+    return {"targets": len(targets), **summarize(episodes), "failed_episodes": sum(ep.failed for ep in episodes)}
 
 
 def run(recipe, run_dir) -> None:
     from tqdm import tqdm
 
+    from emojikit.errors import RemoteServiceError
     from emojikit.game import episode_to_json, play
     from emojikit.interrupt import Interrupted, graceful_stop
     from emojikit.policy import AdamParams, SamplingParams
@@ -122,12 +126,13 @@ def run(recipe, run_dir) -> None:
     print(f"sender starts from {start_ref or 'the base model'}; {len(train)} training targets, {len(heldout)} held out")
 
     start = 0
-    if run_dir.resume and (latest := run_dir.latest_checkpoint()):
-        start, path = latest
-        policy.load(str(path))
+    if run_dir.resume:
+        if latest := run_dir.latest_checkpoint():
+            start, path = latest
+            policy.load(str(path))
+            print(f"resuming from {path} (step {start})")
         for name in (METRICS_FILE, EPISODES_FILE, EVAL_FILE):
-            run_dir.truncate(name, start)
-        print(f"resuming from {path} (step {start})")
+            run_dir.truncate(name, start)  # rows logged after the checkpoint are played again
 
     evals = {row["step"]: row for row in run_dir.read(EVAL_FILE)}
     if heldout and 0 not in evals:
@@ -135,6 +140,7 @@ def run(recipe, run_dir) -> None:
         run_dir.log(EVAL_FILE, evals[0])
 
     stop_hint = f"resume with: emojikit run {recipe.path} --resume"
+    failed_steps = 0  # consecutive steps in which every group was dropped
     with graceful_stop() as stop:
         bar = tqdm(range(start, g.steps), initial=start, total=g.steps, desc="grpo", unit="step")
         for step in bar:
@@ -143,22 +149,29 @@ def run(recipe, run_dir) -> None:
             sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=g.temperature, seed=recipe.seed * 100_003 + step)
             episodes = play(policy, decoder, judge, reward, batch, settings=game, sampling=sampling, group_size=g.group_size)
             t_play = time.time() - t0
-            breakdowns = reward.score(episodes)
-            rewards = [b["total"] for b in breakdowns]
+            groups = [episodes[i * g.group_size : (i + 1) * g.group_size] for i in range(len(batch))]
+            # A group with an episode the judge could not answer is dropped whole: its
+            # advantages would be relative to rewards that were never measured.
+            kept = [group for group in groups if not any(ep.failed for ep in group)]
+            failed_steps = 0 if kept else failed_steps + 1
 
             # Group-relative advantages; a group whose rewards are all equal teaches nothing.
-            datums, skipped_groups = [], 0
-            for i in range(len(batch)):
-                group = slice(i * g.group_size, (i + 1) * g.group_size)
-                rewards_G = rewards[group]
+            datums, skipped_groups, rewards = [], 0, []
+            for group in kept:
+                rewards_G = [ep.reward["total"] for ep in group]  # scored by play
+                rewards.extend(rewards_G)
                 if max(rewards_G) - min(rewards_G) < 1e-9:
                     skipped_groups += 1
                     continue
-                for episode, advantage in zip(episodes[group], group_advantages(rewards_G, g.normalize_std)):
-                    datums.extend(episode_datums(episode, advantage, decoded=True))
+                for episode, advantage in zip(group, group_advantages(rewards_G, g.normalize_std)):
+                    datums.extend(episode_datums(episode, advantage, game.max_new_tokens))
 
-            row = {"step": step + 1, "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards), **summarize(episodes)}
-            row["skipped_groups"] = skipped_groups
+            row = {"step": step + 1, "dropped_groups": len(groups) - len(kept), "skipped_groups": skipped_groups}
+            if rewards:
+                kept_episodes = [ep for group in kept for ep in group]
+                row.update(reward_mean=statistics.fmean(rewards), reward_std=statistics.pstdev(rewards), **summarize(kept_episodes))
+            else:
+                row["failed_step"] = True
             sampled = [t.sample for ep in episodes for t in ep.turns if t.sample is not None]
             n_sampled = sum(len(s.tokens) for s in sampled)
             row["entropy_estimate"] = -sum(lp for s in sampled for lp in s.logprobs) / max(n_sampled, 1)  # mean sampled-token NLL
@@ -190,8 +203,10 @@ def run(recipe, run_dir) -> None:
                 run_dir.log(EVAL_FILE, evals[done])
                 row["eval_success_rate"], row["eval_similarity"] = evals[done]["success_rate"], evals[done]["similarity"]
             run_dir.log(METRICS_FILE, row)
-            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", success=f"{row['success_rate']:.2f}")
-            if (g.save_every and done % g.save_every == 0) or done == g.steps or stop:
+            if rewards:
+                bar.set_postfix(reward=f"{row['reward_mean']:.3f}", success=f"{row['success_rate']:.2f}")
+            give_up = failed_steps >= g.max_failed_steps
+            if (g.save_every and done % g.save_every == 0) or done == g.steps or stop or give_up:
                 if heldout and done == g.steps and done not in evals:
                     evals[done] = {"step": done, **evaluate_game(policy, decoder, judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
                     run_dir.log(EVAL_FILE, evals[done])
@@ -200,6 +215,12 @@ def run(recipe, run_dir) -> None:
             if stop:
                 bar.close()
                 raise Interrupted(f"stopped by {stop.signal_name} after step {done} (checkpoint saved); {stop_hint}")
+            if give_up:
+                bar.close()
+                raise RemoteServiceError(
+                    f"the judge failed on every group for {failed_steps} steps in a row (steps {done - failed_steps + 1}-{done}); "
+                    f"stopped after step {done} (checkpoint saved); once the service is back, {stop_hint}"
+                )
         bar.close()
 
     if heldout and g.steps in evals:

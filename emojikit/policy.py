@@ -44,9 +44,11 @@ class Datum:
     # Positions [start, end) that were sampled under the decoder, so a backend that masks
     # logits can replay the decoder and score them under the same mask.
     decoded_spans: list[tuple[int, int]] = field(default_factory=list)
+    # The max_tokens those spans were sampled with: the mask near the end of a budget differs.
+    decode_budget: Optional[int] = None
 
     @classmethod
-    def from_sample(cls, sample: Sample, advantage: Optional[float] = None, decoded: bool = False) -> "Datum":
+    def from_sample(cls, sample: Sample, advantage: Optional[float] = None, decoded: bool = False, decode_budget: Optional[int] = None) -> "Datum":
         """A datum whose loss falls on the completion tokens only."""
         tokens = sample.prompt_tokens + sample.tokens
         n_prompt = len(sample.prompt_tokens)
@@ -58,6 +60,7 @@ class Datum:
             datum.logprobs = [0.0] * (n_prompt - 1) + list(sample.logprobs)
         if decoded:
             datum.decoded_spans = [(n_prompt - 1, n)]
+            datum.decode_budget = decode_budget
         return datum
 
 

@@ -122,12 +122,13 @@ def run(recipe, run_dir) -> None:
     decoder = recipe.build("decoder", run_dir.path) if recipe.has("decoder") else None
 
     start = 0
-    if run_dir.resume and (latest := run_dir.latest_checkpoint()):
-        start, path = latest
-        policy.load(str(path))
-        run_dir.truncate("metrics.jsonl", start)
+    if run_dir.resume:
+        if latest := run_dir.latest_checkpoint():
+            start, path = latest
+            policy.load(str(path))
+            print(f"resuming from {path} (step {start})")
+        run_dir.truncate("metrics.jsonl", start)  # rows logged after the checkpoint are trained again
         run_dir.truncate("samples.jsonl", start)
-        print(f"resuming from {path} (step {start})")
 
     test_datums = [chat_datum(policy, chat) for chat in test[: s.eval_examples]]
     sample_chats = [chat[:-1] for chat in test[: s.sample_prompts]]

@@ -252,8 +252,8 @@ def test_connection_errors_are_retried(fake, tmp_path):
     judge = ClaudeJudge(dead, BuildContext())
     waits = []
     judge.backoff.sleep = waits.append
-    with pytest.raises(RemoteServiceError, match="connection error"):
-        judge.guess([JudgeView(["🍕"])])
+    # The judge gives up on this view only (None: the game drops the episode's group).
+    assert judge.guess([JudgeView(["🍕"])]) == [None]
     assert len(waits) == 2
 
 

@@ -50,6 +50,10 @@ class APICallError(RemoteServiceError):
         self.status = status
 
 
+class RetriesExhausted(APICallError):
+    """A transient failure (429, 5xx, timeout, connection) that outlasted every retry."""
+
+
 def _retry_after(headers: Any) -> Optional[float]:
     if headers is None:
         return None
@@ -111,11 +115,11 @@ class Backoff:
             if not retryable:
                 raise APICallError(scrub(f"Anthropic API, {what}: {_describe(error)}"), status) from None
             if retry == self.max_retries:
-                raise APICallError(
+                raise RetriesExhausted(
                     scrub(f"Anthropic API, {what}: still failing after {self.max_retries} retries: {_describe(error)}"), status
                 ) from None
             wait = self.delay(retry, retry_after)
-            log.info("Anthropic API, %s: %s; retrying in %.2fs", what, _describe(error), wait)
+            log.info("Anthropic API, %s: %s; retrying in %.2fs", what, scrub(_describe(error)), wait)
             self.sleep(wait)
         raise AssertionError("unreachable")
 

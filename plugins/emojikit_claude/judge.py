@@ -6,16 +6,18 @@ guess the assistant's reply to it, so Claude sees its own wrong guesses as its o
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Optional, Sequence
 
 from emojikit.components import BuildContext, JudgeView
 from emojikit_claude import prompts
-from emojikit_claude.client import Backoff, make_client, text_of
+from emojikit_claude.client import Backoff, RetriesExhausted, make_client, text_of
 from emojikit_claude.settings import ClaudeJudgeConfig
 
 EMPTY_TURN = "(no emoji)"  # the API rejects empty content; an invalid turn still counts as a turn
 EMPTY_GUESS = "(no guess)"
+log = logging.getLogger(__name__)
 
 
 class ClaudeJudge:
@@ -35,21 +37,27 @@ class ClaudeJudge:
                 turns.append({"role": "assistant", "content": guess.strip() or EMPTY_GUESS})
         return turns
 
-    def _guess_one(self, view: JudgeView) -> str:
+    def _guess_one(self, view: JudgeView) -> Optional[str]:
+        """The guess, or None when the request still failed after its retries (the game ends
+        that episode as failed). Errors that retrying cannot fix (401, 400) still raise."""
         if not view.emoji_turns:
             return ""
-        reply = self.backoff.call(
-            lambda: self.client.messages.create(
-                model=self.cfg.model,
-                max_tokens=self.cfg.max_tokens,
-                system=self.cfg.system,
-                messages=self.conversation(view),
-            ),
-            "judge guess",
-        )
+        try:
+            reply = self.backoff.call(
+                lambda: self.client.messages.create(
+                    model=self.cfg.model,
+                    max_tokens=self.cfg.max_tokens,
+                    system=self.cfg.system,
+                    messages=self.conversation(view),
+                ),
+                "judge guess",
+            )
+        except RetriesExhausted as exc:
+            log.warning("%s; this episode is dropped", exc)
+            return None
         return prompts.clean_guess(text_of(reply), self.cfg.max_chars)
 
-    def guess(self, views: Sequence[JudgeView]) -> list[str]:
+    def guess(self, views: Sequence[JudgeView]) -> list[Optional[str]]:
         if not views:
             return []
         with ThreadPoolExecutor(max_workers=min(self.cfg.concurrency, len(views))) as pool:

@@ -23,7 +23,7 @@ import numpy as np
 from emojikit.errors import ConfigError
 
 from .automaton import ROOT, EmojiAutomaton
-from . import tokens as token_bytes_mod
+from . import tokens
 
 FORMAT_VERSION = 1
 _TOKEN_END = -1  # key under which the token trie stores the ids ending at a trie node
@@ -194,17 +194,17 @@ def bind_graph(
 ) -> TokenGraph:
     """The token graph for this tokenizer, from the disk cache when it was built before."""
     started = time.perf_counter()
-    spec_text = token_bytes_mod.tokenizer_spec_text(tokenizer)
+    spec_text = tokens.tokenizer_spec_text(tokenizer)
     eos = eos_id(tokenizer)
     path = None
     if cache_dir is not None:
-        key = f"{token_bytes_mod.fingerprint(tokenizer, spec_text)}-{inventory_key(automaton.emojis, automaton.separator)}"
+        key = f"{tokens.fingerprint(tokenizer, spec_text)}-{inventory_key(automaton.emojis, automaton.separator)}"
         path = Path(cache_dir) / f"emoji-mask-{key}-v{FORMAT_VERSION}.npz"
         cached = TokenGraph.load(path)
         if cached is not None and cached.eos_token_id == eos:
             cached.build_seconds = time.perf_counter() - started
             return cached
-    graph = build_graph(automaton, token_bytes_mod.token_bytes(tokenizer, spec_text), eos)
+    graph = build_graph(automaton, tokens.token_bytes(tokenizer, spec_text), eos)
     if path is not None:
         graph.save(path)
     graph.build_seconds = time.perf_counter() - started

@@ -118,6 +118,10 @@ class EmojiConstraint:
         counts = [done for node, done in self._states[state] if self._dist[node, done] == 0]
         return max(counts) if counts else None
 
+    def tokens_to_accept(self, state: int) -> int:
+        """Fewest tokens after which the state accepts (0 if it accepts; huge if it cannot)."""
+        return int(min((self._dist[node, done] for node, done in self._states[state]), default=UNREACHABLE))
+
     @property
     def min_tokens(self) -> int:
         """Fewest new tokens (EOS not counted) of a valid answer: smaller budgets give EOS only."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .constraint import UNREACHABLE, EmojiConstraint
+from .constraint import EmojiConstraint
 
 
 def explore(constraint: EmojiConstraint) -> dict[str, np.ndarray]:
@@ -41,8 +41,7 @@ def explore(constraint: EmojiConstraint) -> dict[str, np.ndarray]:
                 j = index[nxt] = len(order)
                 order.append(nxt)
             next_state.append(j)
-            steps = min((constraint._dist[node, done] for node, done in constraint.threads(nxt)), default=UNREACHABLE)
-            next_steps.append(int(steps))
+            next_steps.append(constraint.tokens_to_accept(nxt))
         ptr.append(len(token))
         i += 1
     return {
@@ -72,10 +71,8 @@ def mask_report(model: str, decoder: Any, export: Path | None = None) -> list[tu
     """(label, value) rows: vocabulary, usable tokens, automaton size, build times."""
     from emojikit.bundled import load_tokenizer
 
-    from .binding import bind_graph
-    from .constraint import EmojiConstraint
-
     from .automaton import EmojiAutomaton
+    from .binding import bind_graph
 
     tokenizer = load_tokenizer(model)
 

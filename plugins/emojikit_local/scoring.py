@@ -30,7 +30,7 @@ def replay_queries(datums: Sequence[Datum], constraint: Any, budget: int) -> tup
     rows, positions, states, tokens_left = [], [], [], []
     for b, datum in enumerate(datums):
         for start, end in datum.decoded_spans:
-            span_budget = max(budget, end - start)
+            span_budget = max(datum.decode_budget or budget, end - start)
             state = constraint.start()
             for i in range(start, end):
                 rows.append(b)

@@ -26,6 +26,7 @@ class RetrySettings:
     backoff_seconds: float = 1.0
     backoff_max_seconds: float = 30.0
     jitter: float = 0.5  # random fraction taken off each delay, so clients do not retry in step
+    retry_after_max_seconds: float = 600.0  # longest wait a server's retry-after may ask for
 
     @classmethod
     def of(cls, config: "TinkerBackendConfig | TinkerJudgeConfig") -> "RetrySettings":

@@ -69,7 +69,9 @@ class TinkerJudge:
                 messages.append({"role": "assistant", "content": view.guesses[turn]})
         return messages
 
-    def guess(self, views: Sequence[JudgeView]) -> list[str]:
+    def guess(self, views: Sequence[JudgeView]) -> list[Optional[str]]:
+        """One guess per view; None for a view whose request still failed after its retries
+        (the game ends that episode as failed). Non-transient errors (e.g. 400, 401) raise."""
         import tinker
 
         params = tinker.SamplingParams(max_tokens=self.config.max_tokens, temperature=self.config.temperature, stop=list(self._stop_ids))
@@ -78,9 +80,12 @@ class TinkerJudge:
             (lambda tokens=tokens: self._sampler.sample(prompt=tinker.ModelInput.from_ints(tokens), num_samples=1, sampling_params=params))
             for tokens in prompts
         ]
-        responses = self._retrier.gather(submits, self.config.concurrency, "judge sample")
-        guesses = []
+        responses = self._retrier.gather(submits, self.config.concurrency, "judge sample", give_up_as_none=True)
+        guesses: list[Optional[str]] = []
         for response in responses:
+            if response is None:
+                guesses.append(None)
+                continue
             tokens = list(response.sequences[0].tokens) if response.sequences else []
             guesses.append(clean_guess(self.tokenizer.decode(tokens, skip_special_tokens=True), self.config.max_chars))
         return guesses

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from emojikit.errors import RemoteServiceError
+from emojikit.secrets import scrub
 
 from emojikit_tinker.config import RetrySettings
 
@@ -31,9 +32,28 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, transient)
 
 
+class RetriesExhausted(RemoteServiceError):
+    """A transient failure that outlasted every attempt."""
+
+
 def remote_error(exc: BaseException, what: str) -> RemoteServiceError:
-    first_line = (str(exc).strip().splitlines() or [""])[0]
+    first_line = scrub((str(exc).strip().splitlines() or [""])[0])
+    if is_transient(exc):
+        return RetriesExhausted(f"tinker {what} failed after retries: {type(exc).__name__}: {first_line}")
     return RemoteServiceError(f"tinker {what} failed: {type(exc).__name__}: {first_line}")
+
+
+def retry_after(exc: BaseException) -> Optional[float]:
+    """Seconds a 429/503 response asked us to wait (retry-after-ms or retry-after), if any."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
+        try:
+            return max(0.0, float(headers[name]) * scale)
+        except (KeyError, TypeError, ValueError):
+            continue  # absent, or an HTTP date: our own backoff then
+    return None
 
 
 @dataclass
@@ -42,8 +62,14 @@ class Retrier:
     sleep: Callable[[float], None] = time.sleep
     rng: random.Random = field(default_factory=random.Random)
     retries: int = 0  # transient failures retried so far (a metric)
+    gave_up: int = 0  # requests given up as None by gather(give_up_as_none=True)
 
-    def delay(self, attempt: int) -> float:
+    def delay(self, attempt: int, exc: Optional[BaseException] = None) -> float:
+        """Seconds before attempt `attempt + 1`: the server's retry-after if it sent one (up to
+        `retry_after_max_seconds`), else exponential backoff with jitter."""
+        asked = retry_after(exc) if exc is not None else None
+        if asked is not None:
+            return min(asked, self.settings.retry_after_max_seconds)
         base = min(self.settings.backoff_max_seconds, self.settings.backoff_seconds * 2 ** (attempt - 1))
         return base * (1.0 - self.settings.jitter * self.rng.random())
 
@@ -64,7 +90,7 @@ class Retrier:
                 future = None
                 if is_transient(exc) and attempt < self.settings.max_attempts:
                     self.retries += 1
-                    self.sleep(self.delay(attempt))
+                    self.sleep(self.delay(attempt, exc))
                     attempt += 1
                     continue
                 if is_transient(exc) or isinstance(exc, tinker.APIError):
@@ -74,18 +100,29 @@ class Retrier:
     def call(self, submit: Callable[[], Any], what: str = "request") -> Any:
         return self.resolve(submit, None, what)
 
-    def gather(self, submits: Sequence[Callable[[], Any]], limit: int, what: str = "request") -> list:
-        """Results of every submit, in order, with at most `limit` requests in flight."""
+    def gather(self, submits: Sequence[Callable[[], Any]], limit: int, what: str = "request", *, give_up_as_none: bool = False) -> list:
+        """Results of every submit, in order, with at most `limit` requests in flight.
+
+        With give_up_as_none, a request whose transient failures outlast the retries gives
+        None in its place instead of failing the whole batch.
+        """
         results: list = [None] * len(submits)
         in_flight: deque[tuple[int, Optional[Any]]] = deque()
+
+        def finish(done: int, future: Optional[Any]) -> None:
+            try:
+                results[done] = self.resolve(submits[done], future, what)
+            except RetriesExhausted:
+                if not give_up_as_none:
+                    raise
+                self.gave_up += 1
+
         for index, submit in enumerate(submits):
             if len(in_flight) >= limit:
-                done, future = in_flight.popleft()
-                results[done] = self.resolve(submits[done], future, what)
+                finish(*in_flight.popleft())
             in_flight.append((index, self._submit(submit)))
         while in_flight:
-            done, future = in_flight.popleft()
-            results[done] = self.resolve(submits[done], future, what)
+            finish(*in_flight.popleft())
         return results
 
     @staticmethod

@@ -1,0 +1,154 @@
+"""SFT and GRPO loops end to end on the local backend, with a tiny random model so the
+loops, checkpoints and resume are exercised in seconds."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emojikit.cli import cli
+from emojikit.components import Episode, EpisodeTurn
+from emojikit.grpo import episode_datums, group_advantages
+from emojikit.policy import Sample
+from emojikit.sft import batch_indices, learning_rate, SFTSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    """A 2-layer Llama with SmolLM2's tokenizer and chat template, saved like any local model."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from emojikit.bundled import SMOLLM2, load_tokenizer
+
+    torch.manual_seed(0)
+    tokenizer = load_tokenizer(SMOLLM2)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True)
+    path = tmp_path_factory.mktemp("tiny-model")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def run_cli(*args):
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# --- SFT ------------------------------------------------------------------------------
+
+
+def test_batches_are_a_pure_function_of_seed_and_step():
+    first = [batch_indices(10, 4, step, seed=3) for step in range(6)]
+    assert first == [batch_indices(10, 4, step, seed=3) for step in range(6)]
+    # Epochs are permutations: the first 10 draws cover every example once.
+    flat = [i for b in first for i in b]
+    assert sorted(flat[:10]) == list(range(10))
+    assert first != [batch_indices(10, 4, step, seed=4) for step in range(6)]
+
+
+def test_learning_rate_schedules(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("{}\n")
+    s = SFTSettings(train_file=data, test_file=data, learning_rate=1.0, warmup_steps=2, lr_schedule="cosine")
+    assert learning_rate(s, 0, 10) == pytest.approx(0.5)
+    assert learning_rate(s, 2, 10) == pytest.approx(1.0)
+    assert learning_rate(s, 10, 10) == pytest.approx(0.0)
+    linear = s.model_copy(update={"lr_schedule": "linear", "warmup_steps": 0})
+    assert learning_rate(linear, 5, 10) == pytest.approx(0.5)
+
+
+def write_chats(path: Path, n: int) -> None:
+    emoji = ["🍕🎉", "☔😞", "🐶🏃", "🎸🔥🎶", "✈️🗼", "🌞🏖️"]
+    rows = [{"messages": [{"role": "system", "content": "Reply with 2-8 emoji."}, {"role": "user", "content": f"message number {i}"},
+                          {"role": "assistant", "content": emoji[i % len(emoji)]}]} for i in range(n)]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def test_sft_end_to_end_and_resume(tmp_path, tiny_model):
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    write_chats(train, 24)
+    write_chats(test, 6)
+    out = tmp_path / "sft"
+    common = ["--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", f"sft.train_file={json.dumps(str(train))}",
+              "--set", f"sft.test_file={json.dumps(str(test))}", "--set", "sft.batch_size=4", "--set", "sft.save_every=2",
+              "--set", "sft.eval_every=2", "--set", "sft.sample_every=2", "--set", "sft.report_examples=4",
+              "--set", "sft.max_new_tokens=6", "--set", f"out={json.dumps(str(out))}"]
+    output = run_cli("run", str(ROOT / "recipes/sft.toml"), "--set", "sft.steps=4", *common)
+    assert f"final adapter: {out}/checkpoints/step_4" in output
+    metrics = read_rows(out / "metrics.jsonl")
+    assert [r["step"] for r in metrics] == [1, 2, 3, 4]
+    assert all("loss" in r for r in metrics) and "test_nll" in metrics[1]
+    assert (out / "checkpoints/step_2/adapter_config.json").exists() and (out / "checkpoints/step_4/adapter_config.json").exists()
+    report = json.loads((out / "eval_sft.json").read_text())
+    assert report["unmasked"]["n"] == 4 and report["masked"]["emoji_only_rate"] == 1.0
+    assert (out / "eval_sft.md").read_text().startswith("# SFT format report")
+    assert len(read_rows(out / "samples.jsonl")) == 2 * 4  # 4 prompts sampled at steps 2 and 4
+
+    # Simulate a crash after step 4's metrics were written but before a step-6 checkpoint: resume
+    # continues at step 5 from the last checkpoint, with no duplicated or missing rows.
+    run_cli("run", str(ROOT / "recipes/sft.toml"), "--set", "sft.steps=6", "--resume", *common)
+    assert [r["step"] for r in read_rows(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+    assert (out / "checkpoints/step_6").exists()
+
+
+# --- GRPO -----------------------------------------------------------------------------
+
+
+def test_group_advantages():
+    assert group_advantages([1.0, 0.0, 0.5, 0.5], normalize_std=False) == pytest.approx([0.5, -0.5, 0.0, 0.0])
+    normalised = group_advantages([1.0, 0.0], normalize_std=True)
+    assert normalised == pytest.approx([1.0, -1.0], abs=1e-4)
+
+
+def test_datums_weight_only_sender_tokens_of_every_turn():
+    turns = [
+        EpisodeTurn("🍕🎉", True, "pizza party", 0.4, sample=Sample([1, 2, 3], [10, 11, 2], [-0.1, -0.2, -0.3], "🍕🎉")),
+        EpisodeTurn("🎂", True, "birthday", 0.9, sample=Sample([1, 2, 3, 10, 11, 2, 4, 5], [12, 2], [-0.5, -0.6], "🎂")),
+    ]
+    datums = episode_datums(Episode("x", turns=turns), advantage=0.7, budget=24)
+    assert len(datums) == 2
+    first, second = datums
+    assert first.model_input == [1, 2, 3, 10, 11] and first.target_tokens == [2, 3, 10, 11, 2]
+    assert first.weights == [0, 0, 1, 1, 1]
+    assert first.advantages == pytest.approx([0, 0, 0.7, 0.7, 0.7])
+    assert first.logprobs == pytest.approx([0, 0, -0.1, -0.2, -0.3])
+    assert first.decoded_spans == [(2, 5)] and first.decode_budget == 24
+    # The second turn's prompt (which holds turn 1 and the guess) carries no loss.
+    assert second.weights == [0] * 7 + [1, 1] and second.advantages[-2:] == pytest.approx([0.7, 0.7])
+
+
+def test_grpo_end_to_end_and_resume(tmp_path, tiny_model):
+    out = tmp_path / "grpo"
+    common = ["--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "grpo.batch_size=2", "--set", "grpo.group_size=2",
+              "--set", "grpo.eval_targets=2", "--set", "grpo.save_every=1", "--set", "grpo.start_from=\"base\"",
+              "--set", "game.max_turns=2", "--set", "game.max_new_tokens=6", "--set", "judge.distractors=8",
+              "--set", "grpo.target_pool=16", "--set", f"out={json.dumps(str(out))}"]
+    output = run_cli("run", str(ROOT / "recipes/grpo.toml"), "--set", "grpo.steps=2", *common)
+    assert "before" in output and "after" in output and "success rate" in output
+    metrics = read_rows(out / "metrics.jsonl")
+    assert [r["step"] for r in metrics] == [1, 2]
+    for key in ("reward_mean", "reward_std", "similarity", "success_rate", "mean_turns", "format_violations", "entropy_estimate", "step_seconds", "sampled_tokens_per_s", "skipped_groups"):
+        assert key in metrics[0], key
+    trained = [r for r in metrics if r["datums"]]
+    for row in trained:
+        assert "kl" in row and abs(row["ratio_max_deviation"]) < 1e-3  # the PPO ratio starts at 1
+    episodes = read_rows(out / "episodes.jsonl")
+    assert {e["step"] for e in episodes} == {1, 2}
+    assert all(e["turns"] and "total" in e["reward"] for e in episodes)
+    assert (out / "checkpoints/step_2/adapter_config.json").exists()
+    assert [r["step"] for r in read_rows(out / "eval.jsonl")] == [0, 2]
+
+    run_cli("run", str(ROOT / "recipes/grpo.toml"), "--set", "grpo.steps=3", "--resume", *common)
+    assert [r["step"] for r in read_rows(out / "metrics.jsonl")] == [1, 2, 3]
+    assert [r["step"] for r in read_rows(out / "eval.jsonl")] == [0, 2, 3]

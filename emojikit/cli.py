@@ -34,9 +34,11 @@ def friendly_errors(fn):
 
 
 def _kind(value: str) -> str:
+    from emojikit.errors import ConfigError
+
     kind = KIND_ALIASES.get(value, value)
-    if kind not in KINDS:
-        raise click.BadParameter(f"{value!r} is not a component kind; kinds: {', '.join(KIND_ALIASES)}")
+    if kind not in KINDS:  # one line like every other bad input, not click's usage block
+        raise ConfigError(f"{value!r} is not a component kind; kinds: {', '.join(KIND_ALIASES)}")
     return kind
 
 

@@ -26,7 +26,8 @@ from emojikit.config import ConfigModel
 from emojikit.errors import ConfigError
 from emojikit.io import atomic_write_jsonl, atomic_write_text
 
-SYSTEM_PROMPT = "Reply to every message with 2 to 8 emoji that convey its meaning. Emoji only: no words, no punctuation."
+# Short on purpose: every SFT example and every game turn pays for these tokens on CPU.
+SYSTEM_PROMPT = "Reply with 2-8 emoji only."
 FILTER_TABLES = ("judge", "reward", "backend")
 PROGRESS_FILE = "teacher_progress.jsonl"
 

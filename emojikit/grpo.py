@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from emojikit.config import ConfigModel
 
@@ -43,6 +43,13 @@ class GRPOSettings(ConfigModel):
     max_failed_steps: int = Field(
         3, ge=1, description="Stop (with a checkpoint) after this many steps in a row in which the judge failed on every group."
     )
+
+    @field_validator("start_from")
+    @classmethod
+    def _start_exists(cls, value: str) -> str:
+        if value not in ("auto", "base") and "://" not in value and not Path(value).is_dir():
+            raise ValueError(f'{value} is not a checkpoint directory (or use "auto" or "base")')
+        return value
 
 
 def group_advantages(rewards_G: list[float], normalize_std: bool) -> list[float]:

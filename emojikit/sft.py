@@ -46,6 +46,7 @@ class SFTSettings(ConfigModel):
     def _exists(cls, path: Path) -> Path:
         if not path.exists():
             raise ValueError(f"file not found: {path} (make it with: {MAKE_DATA})")
+        load_chats(path)  # a bad line fails here, naming file:line, before a run directory is made
         return path
 
 

@@ -30,6 +30,7 @@ from emojikit.io import atomic_write_jsonl, atomic_write_text
 SYSTEM_PROMPT = "Reply with 2-8 emoji only."
 FILTER_TABLES = ("judge", "reward", "backend")
 PROGRESS_FILE = "teacher_progress.jsonl"
+FILTER_BATCH = 64  # candidates per batched game in the communicability filter
 
 
 class DataSettings(ConfigModel):
@@ -72,8 +73,35 @@ def check_filter(recipe, settings: DataSettings) -> None:
             f"{recipe.path}: [data] filter_threshold: the communicability filter plays sender -> judge -> similarity; "
             f"add the {', '.join(f'[{t}]' for t in missing)} table(s) or remove filter_threshold"
         )
-    # The filter plays the game (emojikit.game); it is not wired into the data pipeline yet.
-    raise ConfigError(f"{recipe.path}: [data] filter_threshold: the communicability filter is not available yet; remove filter_threshold")
+
+
+def communicable(recipe, run_dir, settings: DataSettings, candidates: list[Message], want: int) -> tuple[list[Message], dict]:
+    """The first `want` candidates whose game (sender -> judge -> similarity) reaches the
+    threshold within filter_max_turns, played in batches; and how many were tried."""
+    from tqdm import tqdm
+
+    from emojikit.game import GameSettings, play
+    from emojikit.policy import SamplingParams
+
+    policy = recipe.build("backend", run_dir.path)
+    decoder = recipe.build("decoder", run_dir.path) if recipe.has("decoder") else None
+    judge = recipe.build("judge", run_dir.path)
+    reward = recipe.build("reward", run_dir.path)
+    game = GameSettings(max_turns=settings.filter_max_turns, system_prompt=settings.system_prompt)
+    kept: list[Message] = []
+    tried = 0
+    with tqdm(total=want, desc="communicability filter", unit="target") as bar:
+        for start in range(0, len(candidates), FILTER_BATCH):
+            chunk = candidates[start : start + FILTER_BATCH]
+            sampling = SamplingParams(temperature=0.7, seed=recipe.seed + start)
+            episodes = play(policy, decoder, judge, reward, chunk, settings=game, sampling=sampling)
+            tried += len(chunk)
+            passed = [m for m, ep in zip(chunk, episodes) if ep.turns and max(t.similarity for t in ep.turns) >= settings.filter_threshold]
+            kept.extend(passed)
+            bar.update(min(len(passed), want - bar.n))
+            if len(kept) >= want:
+                break
+    return kept[:want], {"rl_filter_tried": tried, "rl_filter_kept": len(kept), "rl_filter_threshold": settings.filter_threshold}
 
 
 def _words(text: str) -> int:
@@ -160,7 +188,12 @@ def run(recipe, run_dir) -> None:
 
     test_texts = {m.text for m, _ in test}
     rl_pool = [m for m in short[n_heldout:] if m.text not in test_texts]
-    rl_prompts = rl_pool[: settings.rl_count - n_heldout]
+    filter_stats: dict = {}
+    if settings.filter_threshold is None:
+        rl_prompts = rl_pool[: settings.rl_count - n_heldout]
+    else:
+        # Training targets only: held-out targets stay unfiltered, so evaluation sees the plain distribution.
+        rl_prompts, filter_stats = communicable(recipe, run_dir, settings, rl_pool, settings.rl_count - n_heldout)
     atomic_write_jsonl(run_dir.file("rl_prompts.jsonl"), ({"text": m.text, "category": m.category} for m in rl_prompts))
     atomic_write_jsonl(run_dir.file("rl_heldout.jsonl"), ({"text": m.text, "category": m.category} for m in heldout))
 
@@ -181,6 +214,7 @@ def run(recipe, run_dir) -> None:
         "test_literal_similarity": round(sum(literal) / len(literal), 4) if literal else None,
         "test_distinct_emoji_per_100": round(distinct_per_100(test_answers), 1) if test else None,
         "test_mean_emoji": round(sum(emojis.count(a) for a in test_answers) / len(test_answers), 2) if test else None,
+        **filter_stats,
         "seconds": round(time.monotonic() - started, 1),
     }
     atomic_write_text(run_dir.file("data_stats.json"), json.dumps(stats, indent=2) + "\n")

@@ -176,7 +176,7 @@ def test_one_sample_judge_and_similarity_call_per_turn(reward):
     judge, counted = CountingJudge(inner), CountingReward(reward)
     # Half the targets get readable emoji and are found on turn 1; the rest keep missing.
     readable = set(list(MESSAGES)[:3])
-    policy = ScriptedPolicy(answer=lambda p: ScriptedPolicy.emoji_for(p) if p[1]["content"].split("\n")[0][9:] in readable else "🤷🤷")
+    policy = ScriptedPolicy(answer=lambda p: ScriptedPolicy.emoji_for(p) if p[1]["content"].split("\n")[0].removeprefix("Message: ") in readable else "🤷🤷")
     inner.add_candidates(list(MESSAGES))
     inner.guess([JudgeView(["🍕"])])  # embed the pool before counting encode batches
     encodes_before = get_minilm().calls

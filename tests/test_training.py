@@ -152,3 +152,39 @@ def test_grpo_end_to_end_and_resume(tmp_path, tiny_model):
     run_cli("run", str(ROOT / "recipes/grpo.toml"), "--set", "grpo.steps=3", "--resume", *common)
     assert [r["step"] for r in read_rows(out / "metrics.jsonl")] == [1, 2, 3]
     assert [r["step"] for r in read_rows(out / "eval.jsonl")] == [0, 2, 3]
+
+
+# --- data: the communicability filter plays the game ------------------------------------
+
+
+def test_communicability_filter_keeps_targets_the_game_gets_across(tmp_path, tiny_model):
+    recipe = tmp_path / "data.toml"
+    recipe.write_text(f"""
+kind = "data"
+out = "{tmp_path / 'data'}"
+[prompts]
+use = "generated"
+[teacher]
+use = "lexicon"
+[backend]
+use = "local"
+model = "{tiny_model}"
+[decoder]
+use = "emoji-mask"
+[judge]
+use = "retrieval"
+distractors = 4
+[reward]
+use = "similarity"
+[data]
+count = 40
+rl_count = 12
+rl_heldout_fraction = 0.25
+filter_threshold = 0.5
+""")
+    run_cli("run", str(recipe))
+    stats = json.loads((tmp_path / "data/data_stats.json").read_text())
+    kept = read_rows(tmp_path / "data/rl_prompts.jsonl")
+    assert stats["rl_filter_tried"] >= len(kept) == min(stats["rl_filter_kept"], 9)
+    assert stats["rl_filter_threshold"] == 0.5
+    assert len(read_rows(tmp_path / "data/rl_heldout.jsonl")) == 3  # held-out targets are not filtered

@@ -20,7 +20,7 @@ from emojikit_local import checkpoint
 from emojikit_local.config import LocalConfig
 from emojikit_local.losses import LOSSES, loss_sum
 from emojikit_local.sampling import decode_batch
-from emojikit_local.scoring import first_needed_position, target_logprobs
+from emojikit_local.scoring import first_needed_position, prefix_key, target_logprobs
 
 TRAINED, REFERENCE = "default", "reference"
 
@@ -156,8 +156,10 @@ class LocalPolicy:
                 raise ConfigError(f"datum {i} has {len(d.model_input) + 1} tokens, over max_seq_len {self.config.max_seq_len}; raise the backend's max_seq_len")
 
     def _micro_batches(self, datums: Sequence[Datum]) -> Iterator[list[int]]:
-        """Datum indices in micro-batches of similar length (less padding)."""
-        order = sorted(range(len(datums)), key=lambda i: len(datums[i].model_input))
+        """Datum indices in micro-batches of similar length (less padding), datums that share a
+        prompt next to each other (one prefix pass serves them all)."""
+        keys = [prefix_key(d) for d in datums]
+        order = sorted(range(len(datums)), key=lambda i: (len(keys[i]), keys[i], len(datums[i].model_input)))
         return _chunks(order, self.config.micro_batch_size)
 
     def compute_logprobs(self, datums: Sequence[Datum], *, temperature: float = 1.0, decoder: Any = None, reference: bool = False) -> list[list[float]]:
@@ -191,7 +193,7 @@ class LocalPolicy:
                 chunk = [datums[i] for i in batch]
                 logprobs_B_T = target_logprobs(
                     self.model, chunk, temperature=temperature, constraint=constraint, budget=self.decode_budget,
-                    pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk),
+                    pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk), share_prefix=True,
                 )
                 weights_B_T = self._per_position(chunk, lambda d: d.weights, logprobs_B_T.shape)
                 on_B_T = weights_B_T != 0

@@ -32,6 +32,13 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.
     return tokens_B_T.to(device), attention_B_T.to(device)
 
 
+def unique_rows(rows: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
+    """(distinct rows in first-seen order, index of each row's distinct row)."""
+    index: dict[tuple[int, ...], int] = {}
+    row_to_unique = [index.setdefault(tuple(r), len(index)) for r in rows]
+    return [list(r) for r in index], row_to_unique
+
+
 @torch.inference_mode()
 def decode_batch(
     model,
@@ -46,41 +53,54 @@ def decode_batch(
     generator: Optional[torch.Generator],
     device,
 ) -> list[Decoded]:
-    tokens_B_T, attention_B_T = left_pad(prompts, pad_id, device)
-    batch = tokens_B_T.shape[0]
-    positions_B_T = (attention_B_T.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=tokens_B_T, attention_mask=attention_B_T, position_ids=positions_B_T, use_cache=True, logits_to_keep=1)
-    cache, logits_B_V = out.past_key_values, out.logits[:, -1]
-    next_position_B = positions_B_T[:, -1] + 1
-    stop_B_S = torch.tensor(sorted(stop_ids), device=device)
+    """Decode every prompt row; rows that repeat a prompt (the n samples of a prompt, the
+    members of a GRPO group) share one prefill, whose KV cache is then copied per row.
+    Finished rows leave the batch, so late steps only pay for the rows still decoding."""
+    batch = len(prompts)
+    unique, row_to_unique = unique_rows(prompts)
+    tokens_U_T, attention_U_T = left_pad(unique, pad_id, device)
+    positions_U_T = (attention_U_T.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=tokens_U_T, attention_mask=attention_U_T, position_ids=positions_U_T, use_cache=True, logits_to_keep=1)
+    expand_B = torch.tensor(row_to_unique, device=device)
+    cache = out.past_key_values
+    if len(unique) < batch:
+        cache.reorder_cache(expand_B)  # index_select on the batch dimension of every layer
+    logits_L_V = out.logits[:, -1].index_select(0, expand_B)
+    attention_L_T = attention_U_T.index_select(0, expand_B)
+    next_position_L = positions_U_T[:, -1].index_select(0, expand_B) + 1
+    stop_S = torch.tensor(sorted(stop_ids), device=device)
 
+    # L indexes the rows still decoding; live[l] is the result row it fills.
+    live = list(range(batch))
     states = [constraint.start() for _ in range(batch)] if constraint is not None else None
-    done_B = torch.zeros(batch, dtype=torch.bool, device=device)
     results = [Decoded([], [], "length") for _ in range(batch)]
     for step in range(max_tokens):
-        allowed_B_V = None
+        allowed_L_V = None
         if constraint is not None:
-            live = [b for b in range(batch) if not done_B[b]]
-            allowed_B_V = torch.ones_like(logits_B_V, dtype=torch.bool)
-            allowed_B_V[live] = allowed_rows(constraint, [states[b] for b in live], [max_tokens - step] * len(live), logits_B_V.shape[-1], device)
-        logprobs_B_V = tempered_logprobs(logits_B_V, temperature, allowed_B_V)
-        next_B = draw(logprobs_B_V, temperature, top_p, generator)
-        chosen_B = logprobs_B_V.gather(-1, next_B[:, None]).squeeze(-1)
-        next_B = next_B.masked_fill(done_B, pad_id)
-        for b in (~done_B).nonzero().flatten().tolist():
-            token = int(next_B[b])
+            allowed_L_V = allowed_rows(constraint, [states[b] for b in live], [max_tokens - step] * len(live), logits_L_V.shape[-1], device)
+        logprobs_L_V = tempered_logprobs(logits_L_V, temperature, allowed_L_V)
+        next_L = draw(logprobs_L_V, temperature, top_p, generator)
+        chosen_L = logprobs_L_V.gather(-1, next_L[:, None]).squeeze(-1)
+        stopped_L = torch.isin(next_L, stop_S)
+        for l, (b, token, logprob, stopped) in enumerate(zip(live, next_L.tolist(), chosen_L.tolist(), stopped_L.tolist())):
             results[b].tokens.append(token)
-            results[b].logprobs.append(float(chosen_B[b]))
-            if constraint is not None and token not in stop_ids:
+            results[b].logprobs.append(logprob)
+            if stopped:
+                results[b].stop_reason = "eos"
+            elif constraint is not None:
                 states[b] = constraint.advance(states[b], token)
-        stopped_B = torch.isin(next_B, stop_B_S) & ~done_B
-        for b in stopped_B.nonzero().flatten().tolist():
-            results[b].stop_reason = "eos"
-        done_B |= stopped_B
-        if bool(done_B.all()) or step == max_tokens - 1:
+        if step == max_tokens - 1:
             break
-        attention_B_T = torch.cat([attention_B_T, torch.ones_like(attention_B_T[:, :1])], dim=-1)
-        out = model(input_ids=next_B[:, None], attention_mask=attention_B_T, position_ids=next_position_B[:, None], past_key_values=cache, use_cache=True)
-        cache, logits_B_V = out.past_key_values, out.logits[:, -1]
-        next_position_B = next_position_B + 1
+        keep_L = ~stopped_L
+        if not bool(keep_L.any()):
+            break
+        if not bool(keep_L.all()):
+            kept = keep_L.nonzero().flatten()
+            live = [live[l] for l in kept.tolist()]
+            cache.reorder_cache(kept)
+            attention_L_T, next_L, next_position_L = attention_L_T[kept], next_L[kept], next_position_L[kept]
+        attention_L_T = torch.cat([attention_L_T, torch.ones_like(attention_L_T[:, :1])], dim=-1)
+        out = model(input_ids=next_L[:, None], attention_mask=attention_L_T, position_ids=next_position_L[:, None], past_key_values=cache, use_cache=True)
+        cache, logits_L_V = out.past_key_values, out.logits[:, -1]
+        next_position_L = next_position_L + 1
     return results

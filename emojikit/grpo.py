@@ -117,7 +117,9 @@ def run(recipe, run_dir) -> None:
     messages = list(recipe.build("prompts", run_dir.path).messages(g.eval_targets + g.target_pool))
     heldout, train = messages[: g.eval_targets], messages[g.eval_targets :]
     if not train:
-        raise ValueError("the prompt source gave no training targets after the held-out split")
+        from emojikit.errors import ConfigError
+
+        raise ConfigError(f"{recipe.path}: [grpo] eval_targets: the prompt source gave {len(messages)} messages, none left for training")
 
     start_ref = resolve_start(g)
     backend = recipe.components["backend"]

@@ -59,7 +59,7 @@ def test_batches_are_a_pure_function_of_seed_and_step():
 
 def test_learning_rate_schedules(tmp_path):
     data = tmp_path / "d.jsonl"
-    data.write_text("{}\n")
+    write_chats(data, 1)
     s = SFTSettings(train_file=data, test_file=data, learning_rate=1.0, warmup_steps=2, lr_schedule="cosine")
     assert learning_rate(s, 0, 10) == pytest.approx(0.5)
     assert learning_rate(s, 2, 10) == pytest.approx(1.0)

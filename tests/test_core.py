@@ -293,7 +293,7 @@ def test_third_party_plugin_listed_and_usable_in_a_recipe(tmp_path):
     echo = [c for c in json.loads(listed.stdout)["components"] if c["name"] == "echo"]
     assert echo and echo[0]["distribution"] == "emojikit-echo-judge" and echo[0]["version"] == "0.1.0"
     recipe = ROOT / "recipes" / "grpo.toml"
-    checked = subprocess.run(exe + ["validate", str(recipe), "--set", "judge.use=echo", "--set", "judge.prefix=guess: "], env=env, capture_output=True, text=True, cwd=ROOT)
+    checked = subprocess.run(exe + ["validate", str(recipe), "--set", 'judge={ use = "echo", prefix = "guess: " }'], env=env, capture_output=True, text=True, cwd=ROOT)
     assert checked.returncode == 0, checked.stderr
     assert "judge=echo" in checked.stdout
 

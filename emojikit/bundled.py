@@ -36,7 +36,8 @@ def smollm2_gguf() -> tuple[Path, str]:
     return directory, SMOLLM2_GGUF
 
 
-def _offline() -> bool:
+def is_offline() -> bool:
+    """True when HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set: load from the local cache only."""
     return os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or os.environ.get("TRANSFORMERS_OFFLINE", "") not in ("", "0")
 
 
@@ -53,7 +54,7 @@ def resolve_model(model: str) -> tuple[str, dict]:
         raise ModelUnavailableError(f"unknown bundled model {model!r}; bundled: {SMOLLM2}")
     if Path(model).exists():
         return model, {}
-    return model, {"local_files_only": _offline()}
+    return model, {"local_files_only": is_offline()}
 
 
 def load_tokenizer(model: str):

@@ -28,7 +28,7 @@ def check_model_available(config: LocalConfig, ctx: BuildContext) -> None:
     if config.model.startswith("bundled:"):
         bundled.resolve_model(config.model)
         return
-    if Path(config.model).exists() or not bundled._offline():
+    if Path(config.model).exists() or not bundled.is_offline():
         return
     from huggingface_hub import try_to_load_from_cache
 

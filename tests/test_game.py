@@ -346,11 +346,8 @@ def test_a_real_game_with_the_bundled_sender(one_thread, reward):
     from emojikit.registry import get_registry
 
     registry = get_registry()
-    try:
-        backend = registry.get("backend", "local")
-        mask = registry.get("decoder", "emoji-mask")
-    except Exception as exc:  # noqa: BLE001 - the local backend or mask plugin is not installed
-        pytest.skip(f"local backend or emoji mask unavailable: {exc}")
+    backend = registry.get("backend", "local")
+    mask = registry.get("decoder", "emoji-mask")
     policy = backend.factory(backend.config(), BuildContext(seed=0))
     decoder = mask.factory(mask.config(), BuildContext(seed=0))
     judge = RetrievalJudge(DISTRACTORS)

@@ -2,8 +2,7 @@
 
 inspect and report read a run directory written here in the formats grpo.py writes (the
 same RunDir.log, episode_to_json, before_after_table and reward breakdowns). chat, play
---human and eval use the real bundled sender through the local backend and are skipped when
-it or the emoji mask is not installed.
+--human and eval use the real bundled sender through the local backend and the emoji mask.
 """
 
 from __future__ import annotations
@@ -221,15 +220,9 @@ def saved_checkpoint(one_thread, tmp_path_factory) -> Path:
     from emojikit.components import BuildContext
     from emojikit.registry import get_registry
 
-    try:
-        from emojikit.bundled import smollm2_gguf
-
-        smollm2_gguf()
-        registry = get_registry()
-        backend = registry.get("backend", "local")
-        registry.get("decoder", "emoji-mask")
-    except Exception as exc:  # noqa: BLE001 - the bundled model, local backend or mask is not installed
-        pytest.skip(f"local backend, emoji mask or bundled model unavailable: {exc}")
+    registry = get_registry()
+    backend = registry.get("backend", "local")
+    registry.get("decoder", "emoji-mask")
     policy = backend.factory(backend.config(), BuildContext(seed=0))
     path = tmp_path_factory.mktemp("ckpt") / "step_1"
     policy.save(str(path), with_optimizer=False)

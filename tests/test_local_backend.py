@@ -11,7 +11,7 @@ import torch
 
 from emojikit.bundled import SMOLLM2
 from emojikit.components import BuildContext
-from emojikit.errors import ModelUnavailableError, PluginError
+from emojikit.errors import ModelUnavailableError
 from emojikit.policy import AdamParams, Datum, Policy, SamplingParams
 from emojikit_local.config import LocalConfig
 from emojikit_local.loading import load_model, load_model_and_tokenizer
@@ -262,10 +262,7 @@ def test_bundled_logprobs_match_under_a_test_mask(smol):
 def test_bundled_logprobs_match_under_the_emoji_mask(smol):
     from emojikit.registry import get_registry
 
-    try:
-        component = get_registry().get("decoder", "emoji-mask")
-    except PluginError:
-        pytest.skip("the emoji-mask decoder plugin is not installed")
+    component = get_registry().get("decoder", "emoji-mask")
     decoder = component.factory(component.config(), BuildContext())
     groups = smol.sample(PROMPTS, 2, SamplingParams(max_tokens=16, temperature=1.0, seed=4), decoder)
     for s in (s for g in groups for s in g):

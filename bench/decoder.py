@@ -34,24 +34,8 @@ from emojikit_emoji_mask.decoder import EmojiMaskDecoder
 from emojikit_emoji_mask.union import UnionMask
 
 SYSTEM = "You answer every message with 2 to 8 emoji and nothing else."
-PROMPTS = [
-    "I just got the job I interviewed for!",
-    "My cat knocked the plant off the shelf again.",
-    "Let's get pizza and watch a movie tonight.",
-    "The exam this morning was brutal.",
-    "We're flying to Tokyo next week.",
-    "It has been raining for three days straight.",
-    "Happy birthday to my little sister!",
-    "I lost my keys somewhere in the park.",
-    "The team finally won the championship.",
-    "I'm learning to bake sourdough bread.",
-    "My phone battery died in the middle of the call.",
-    "We adopted a puppy this weekend.",
-    "The concert last night was incredible.",
-    "I can't stop coughing, I think I have the flu.",
-    "Our wedding is in June by the beach.",
-    "The coffee machine at work is broken again.",
-]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import MESSAGES as PROMPTS  # noqa: E402
 METHODS = ("unconstrained", "emoji-mask", "union", "xgrammar")
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -31,25 +30,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import MESSAGES, machine, peak_rss_mb  # noqa: E402
+
 SYSTEM = "Reply with 2-8 emoji only."  # emojikit.data.SYSTEM_PROMPT, the game's first turn
-MESSAGES = [
-    "I just got the job I interviewed for!",
-    "My cat knocked the plant off the shelf again.",
-    "Let's get pizza and watch a movie tonight.",
-    "The exam this morning was brutal.",
-    "We're flying to Tokyo next week.",
-    "It has been raining for three days straight.",
-    "Happy birthday to my little sister!",
-    "I lost my keys somewhere in the park.",
-    "The team finally won the championship.",
-    "I'm learning to bake sourdough bread.",
-    "My phone battery died in the middle of the call.",
-    "We adopted a puppy this weekend.",
-    "The concert last night was incredible.",
-    "I can't stop coughing, I think I have the flu.",
-    "Our wedding is in June by the beach.",
-    "The coffee machine at work is broken again.",
-]
 LORA = {"r": 16, "lora_alpha": 32.0, "lora_dropout": 0.0, "target_modules": "all-linear"}
 LEARNING_RATE = 1e-5
 
@@ -71,19 +55,9 @@ def emoji_reward(text: str) -> float:
     return min(len(found), 8) / 8 - 0.05 * len(rest)
 
 
-def peak_rss_mb() -> float:
-    kilobytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return kilobytes / 1024 / (1024 if sys.platform == "darwin" else 1)
-
-
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def machine() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    return {"nproc": os.cpu_count(), "cpu": model, "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
 # --- the emojikit side ---------------------------------------------------------------------

@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step import machine, peak_rss_mb  # noqa: E402
+from common import machine, peak_rss_mb  # noqa: E402
 from rollouts import build  # noqa: E402
 
 PHASES = ("sample", "judge", "reward", "forward_backward", "optim_step", "other")

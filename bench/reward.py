@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step import machine  # noqa: E402
+from common import machine  # noqa: E402
 
 
 def run(args) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step import machine  # noqa: E402
+from common import machine  # noqa: E402
 
 
 def build(kind_table: str, name: str, seed: int):

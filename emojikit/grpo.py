@@ -134,14 +134,7 @@ def run(recipe, run_dir) -> None:
         judge.add_candidates([m.text for m in messages])
     print(f"sender starts from {start_ref or 'the base model'}; {len(train)} training targets, {len(heldout)} held out")
 
-    start = 0
-    if run_dir.resume:
-        if latest := run_dir.latest_checkpoint():
-            start, path = latest
-            policy.load(str(path))
-            print(f"resuming from {path} (step {start})")
-        for name in (METRICS_FILE, EPISODES_FILE, EVAL_FILE):
-            run_dir.truncate(name, start)  # rows logged after the checkpoint are played again
+    start = run_dir.resume_policy(policy, (METRICS_FILE, EPISODES_FILE, EVAL_FILE))
 
     evals = {row["step"]: row for row in run_dir.read(EVAL_FILE)}
     if heldout and 0 not in evals:

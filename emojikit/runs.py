@@ -110,6 +110,20 @@ class RunDir:
         os.replace(tmp, final)
         atomic_write_text(self.checkpoints / "latest.json", json.dumps({"step": step, "path": str(final)}) + "\n")
 
+    def resume_policy(self, policy, logs: tuple[str, ...]) -> int:
+        """On --resume: load the last complete checkpoint into policy and drop log rows written
+        after it (those steps run again). Returns the step to continue from (0 for a new run)."""
+        if not self.resume:
+            return 0
+        start = 0
+        if latest := self.latest_checkpoint():
+            start, path = latest
+            policy.load(str(path))
+            print(f"resuming from {path} (step {start})")
+        for name in logs:
+            self.truncate(name, start)
+        return start
+
     def latest_checkpoint(self) -> Optional[tuple[int, Path]]:
         if not self.checkpoints.exists():
             return None

@@ -122,14 +122,7 @@ def run(recipe, run_dir) -> None:
     policy = recipe.build("backend", run_dir.path)
     decoder = recipe.build("decoder", run_dir.path) if recipe.has("decoder") else None
 
-    start = 0
-    if run_dir.resume:
-        if latest := run_dir.latest_checkpoint():
-            start, path = latest
-            policy.load(str(path))
-            print(f"resuming from {path} (step {start})")
-        run_dir.truncate("metrics.jsonl", start)  # rows logged after the checkpoint are trained again
-        run_dir.truncate("samples.jsonl", start)
+    start = run_dir.resume_policy(policy, ("metrics.jsonl", "samples.jsonl"))
 
     test_datums = [chat_datum(policy, chat) for chat in test[: s.eval_examples]]
     sample_chats = [chat[:-1] for chat in test[: s.sample_prompts]]

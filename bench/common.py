@@ -1,0 +1,40 @@
+"""What the benchmarks share: the chat messages they prompt with and a machine description."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+from pathlib import Path
+
+MESSAGES = [
+    "I just got the job I interviewed for!",
+    "My cat knocked the plant off the shelf again.",
+    "Let's get pizza and watch a movie tonight.",
+    "The exam this morning was brutal.",
+    "We're flying to Tokyo next week.",
+    "It has been raining for three days straight.",
+    "Happy birthday to my little sister!",
+    "I lost my keys somewhere in the park.",
+    "The team finally won the championship.",
+    "I'm learning to bake sourdough bread.",
+    "My phone battery died in the middle of the call.",
+    "We adopted a puppy this weekend.",
+    "The concert last night was incredible.",
+    "I can't stop coughing, I think I have the flu.",
+    "Our wedding is in June by the beach.",
+    "The coffee machine at work is broken again.",
+]
+
+
+def machine() -> dict:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+    return {"nproc": os.cpu_count(), "cpu": model, "load_avg_1m": round(os.getloadavg()[0], 2)}
+
+
+def peak_rss_mb() -> float:
+    kilobytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return kilobytes / 1024 / (1024 if sys.platform == "darwin" else 1)

@@ -173,6 +173,20 @@ def test_lexicon_covers_different_phrases(teacher):
     assert len(hits) >= 3, names
 
 
+def test_lexicon_answers_follow_the_message_order(teacher):
+    from emojikit_text.lexicon import LexiconConfig, LexiconTeacher
+
+    message = Message("I baked pizza, walked the dog in the rain and played guitar")
+    (in_order,) = teacher.answer([message])
+    by_relevance = LexiconTeacher(LexiconConfig(order="relevance"), embedder=teacher.embedder)
+    (picked,) = by_relevance.answer([message])
+    assert sorted(emojis.split(in_order)) == sorted(emojis.split(picked))  # same emoji, maybe reordered
+    names = [emojis.name(e) for e in emojis.split(in_order)]
+    first = {w: next(i for i, n in enumerate(names) if w in n) for w in ("pizza", "dog", "guitar") if any(w in n for n in names)}
+    assert len(first) >= 2, names
+    assert list(first.values()) == sorted(first.values()), names  # pizza before dog before guitar
+
+
 # --- metrics ---------------------------------------------------------------------------
 
 

@@ -13,6 +13,9 @@ import torch
 from emojikit.policy import Datum
 from emojikit_local.distribution import allowed_rows, tempered_logprobs
 
+# Below this many shared tokens the extra cache copy costs more than the prefix pass saves.
+MIN_COMMON_PREFIX = 4
+
 
 def right_pad(rows: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(r) for r in rows)
@@ -63,6 +66,18 @@ def prefix_key(datum: Datum) -> tuple[int, ...]:
     return tuple(datum.model_input[: prefix_split(datum)])
 
 
+def common_prefix_length(datums: Sequence[Datum]) -> int:
+    """How many leading tokens every datum's prefix shares (in SFT batches: the chat template
+    and system prompt, ~a third of each short example)."""
+    prefixes = [prefix_key(d) for d in datums]
+    shortest = min(len(p) for p in prefixes)
+    for i in range(shortest):
+        token = prefixes[0][i]
+        if any(p[i] != token for p in prefixes):
+            return i
+    return shortest
+
+
 def target_logprobs(model, datums: Sequence[Datum], *, temperature: float, constraint: Any, budget: int, pad_id: int, device, first_position: int = 0, share_prefix: bool = False) -> torch.Tensor:
     """Float[B, T]: logprob of each target token (0 past a datum's end, and before
     first_position, where no logits are computed). Differentiable when called with grad.
@@ -70,12 +85,16 @@ def target_logprobs(model, datums: Sequence[Datum], *, temperature: float, const
     share_prefix=True runs each distinct prefix (the prompt before the first weighted or
     decoded position) once, copies its KV cache to the datums that share it (the samples of
     one GRPO group) and runs only their suffixes; positions before a datum's own split are 0.
-    Gradients flow back through the copies into the one prefix pass.
+    When every prompt differs, the tokens they all start with (chat template, system prompt)
+    are run once instead. Gradients flow back through the copies into the one prefix pass.
     """
-    if share_prefix:
+    if share_prefix and len(datums) > 1:
         splits = [prefix_split(d) for d in datums]
         if min(splits) > 0 and len({prefix_key(d) for d in datums}) < len(datums):
             return _shared_prefix_logprobs(model, datums, splits, temperature=temperature, constraint=constraint, budget=budget, pad_id=pad_id, device=device)
+        common = common_prefix_length(datums)
+        if common >= MIN_COMMON_PREFIX:
+            return _shared_prefix_logprobs(model, datums, [common] * len(datums), temperature=temperature, constraint=constraint, budget=budget, pad_id=pad_id, device=device)
     inputs_B_T, attention_B_T = right_pad([d.model_input for d in datums], pad_id, device)
     targets_B_T, _ = right_pad([d.target_tokens for d in datums], pad_id, device)
     width = inputs_B_T.shape[1]
@@ -116,13 +135,17 @@ def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *
     suffix_B_S, suffix_attention_B_S = right_pad([d.model_input[s:] for d, s in zip(datums, splits)], pad_id, device)
     targets_B_S, _ = right_pad([d.target_tokens[s:] for d, s in zip(datums, splits)], pad_id, device)
     splits_B = torch.tensor(splits, device=device)
-    positions_B_S = splits_B[:, None] + torch.arange(suffix_B_S.shape[1], device=device)[None, :]
+    width_S = suffix_B_S.shape[1]
+    positions_B_S = splits_B[:, None] + torch.arange(width_S, device=device)[None, :]
     attention_B_PS = torch.cat([prefix_attention_U_P.index_select(0, expand_B), suffix_attention_B_S], dim=1)
-    logits_B_S_V = model(input_ids=suffix_B_S, attention_mask=attention_B_PS, position_ids=positions_B_S, past_key_values=cache, use_cache=True).logits
-    logprobs_B_S = _masked_logprobs(logits_B_S_V, targets_B_S, datums, splits, temperature, constraint, budget, device) * suffix_attention_B_S
+    # Suffix columns before `skip` are prompt in every row (a common-prefix split): no logits.
+    skip = min(max(0, min(needed_from(d) - s for d, s in zip(datums, splits))), width_S - 1)
+    logits_B_K_V = model(input_ids=suffix_B_S, attention_mask=attention_B_PS, position_ids=positions_B_S, past_key_values=cache, use_cache=True, logits_to_keep=width_S - skip if skip else 0).logits
+    offsets = [s + skip for s in splits]
+    logprobs_B_K = _masked_logprobs(logits_B_K_V, targets_B_S[:, skip:], datums, offsets, temperature, constraint, budget, device) * suffix_attention_B_S[:, skip:]
     width = max(len(d.target_tokens) for d in datums)
     rows = []
-    for b, (datum, split) in enumerate(zip(datums, splits)):
-        n = len(datum.target_tokens) - split
-        rows.append(torch.cat([logprobs_B_S.new_zeros(split), logprobs_B_S[b, :n], logprobs_B_S.new_zeros(width - split - n)]))
+    for b, (datum, offset) in enumerate(zip(datums, offsets)):
+        n = len(datum.target_tokens) - offset
+        rows.append(torch.cat([logprobs_B_K.new_zeros(offset), logprobs_B_K[b, :n], logprobs_B_K.new_zeros(width - offset - n)]))
     return torch.stack(rows)

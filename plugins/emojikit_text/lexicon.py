@@ -8,7 +8,10 @@ smiling faces. Instead the teacher
      the message plus the best still-uncovered phrase gain (a phrase an earlier pick already
      matches gains little), minus the similarity to the emoji already picked,
   3. refuses near-duplicates: one emoji per family (man/woman/person variants), no two whose
-     names are too alike, at most a couple of faces, and no flags unless a country is named.
+     names are too alike, at most a couple of faces, and no flags unless a country is named,
+  4. by default puts the picks in the order of the phrases they match ("student loans ... bus
+     ... sad" -> 💵🧑‍🎓🚌😥): a small student learns this left-to-right mapping faster than
+     the order of picking (see the README's SFT results).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Literal, Optional, Sequence
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -59,6 +62,7 @@ class LexiconConfig(ConfigModel):
     max_phrases: int = Field(7, ge=1, description="Most key phrases taken from one message.")
     candidates: int = Field(80, ge=8, description="Emoji considered per message (the best by similarity to any query).")
     batch_size: int = Field(512, ge=1, description="Messages encoded together.")
+    order: Literal["message", "relevance"] = Field("message", description="Answer order: 'message' follows the key phrases each emoji matches best, left to right; 'relevance' is the order of picking.")
 
     @model_validator(mode="after")
     def _range(self) -> "LexiconConfig":
@@ -248,6 +252,9 @@ class LexiconTeacher:
             redundancy_C = np.maximum(redundancy_C, name_sim_C_E[:, cands_C[best]])
         if len(chosen) < cfg.min_emoji:
             return None
+        if cfg.order == "message" and len(sim_Q_E) > 1:
+            phrase_of = {c: int(np.argmax(sim_Q_E[1:, c])) for c in chosen}
+            chosen.sort(key=lambda c: phrase_of[c])  # stable: picks on one phrase keep their order
         return "".join(inv.seqs[c] for c in chosen)
 
 

@@ -37,7 +37,7 @@ class SFTSettings(ConfigModel):
     sample_every: int = Field(50, ge=0, description="Sample the fixed prompts every N steps (0: never).")
     sample_prompts: int = Field(4, ge=1)
     save_every: int = Field(100, ge=0, description="Checkpoint every N steps (0: only at the end).")
-    max_new_tokens: int = Field(24, ge=1)
+    max_new_tokens: int = Field(24, ge=1, description="Token budget of the fixed-prompt samples and the final report (leave room for the longest training answer).")
     report_examples: int = Field(100, ge=0, description="Held-out prompts in the final format report (0: skip).")
     report_temperature: float = Field(0.7, ge=0)
 

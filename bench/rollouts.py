@@ -81,7 +81,7 @@ def main(argv=None) -> None:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=24, help="sender tokens per turn (the game's default)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, as the main job runs; 1 on a busy machine)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

@@ -1,7 +1,10 @@
-"""What the benchmarks share: the chat messages they prompt with and a machine description."""
+"""What the benchmarks share: the chat messages they prompt with, a machine description and the
+command-line flags and header every script prints."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 import resource
@@ -38,3 +41,23 @@ def machine() -> dict:
 def peak_rss_mb() -> float:
     kilobytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return kilobytes / 1024 / (1024 if sys.platform == "darwin" else 1)
+
+
+def parser(doc: str, *, threads: int) -> argparse.ArgumentParser:
+    """A benchmark's argument parser with the flags every script takes: --threads, --seed, --json."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=threads, help="torch threads (0: torch's default, as the main job runs; 1 on a busy machine)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    return parser
+
+
+def print_header(result: dict, as_json: bool) -> bool:
+    """Print the whole result as JSON (returns True: nothing more to print), or the machine and
+    config lines a table starts with."""
+    if as_json:
+        print(json.dumps(result))
+        return True
+    print(f"machine: {result['machine']}")
+    print(f"config: {result['config']}")
+    return False

@@ -15,8 +15,6 @@ steps after a warm-up step.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -24,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, peak_rss_mb  # noqa: E402
+from common import machine, peak_rss_mb, parser as bench_parser, print_header  # noqa: E402
 from rollouts import build  # noqa: E402
 
 PHASES = ("sample", "judge", "reward", "forward_backward", "optim_step", "other")
@@ -117,23 +115,17 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__, threads=1)
     parser.add_argument("--targets", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=24)
     parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     parser.add_argument("--torch-ops", type=int, default=0, help="print the top N torch ops of the last step")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = run(args)
-    if args.json:
-        print(json.dumps(result))
+    if print_header(result, args.json):
         return
-    print(f"machine: {result['machine']}")
-    print(f"config: {result['config']}")
     m = result["median"]
     print(f"one step: {m['total']} s ({m['turns']} turns, {m['sampled_tokens']} sampled tokens, {m['datums']} datums); peak RSS {result['peak_rss_mb']} MB")
     for phase in PHASES:

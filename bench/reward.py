@@ -15,8 +15,6 @@ of its pool), so a target recurs pairs / targets times and no guess repeats. Thr
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import sys
 import time
@@ -25,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import machine, parser as bench_parser, print_header  # noqa: E402
 
 
 def run(args) -> dict:
@@ -83,19 +81,13 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__, threads=1)
     parser.add_argument("--pairs", type=int, default=1000)
     parser.add_argument("--targets", type=int, default=100, help="distinct targets among the pairs")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = run(args)
-    if args.json:
-        print(json.dumps(result))
+    if print_header(result, args.json):
         return
-    print(f"machine: {result['machine']}")
-    print(f"config: {result['config']}")
     print(f"{'':16}{'seconds':>10}{'pairs/s':>10}")
     for key in ("one_at_a_time", "batched_cold", "batched_warm"):
         print(f"{key:16}{result[key]['seconds']:>10}{result[key]['pairs_per_s']:>10}")

@@ -15,15 +15,13 @@ episodes per second for each and the ratio; the one-at-a-time pass runs first so
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from pathlib import Path
 
 import sys
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import machine, parser as bench_parser, print_header  # noqa: E402
 
 
 def build(kind_table: str, name: str, seed: int):
@@ -76,21 +74,15 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__, threads=0)
     parser.add_argument("--targets", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=24, help="sender tokens per turn (the game's default)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, as the main job runs; 1 on a busy machine)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = run(args)
-    if args.json:
-        print(json.dumps(result))
+    if print_header(result, args.json):
         return
-    print(f"machine: {result['machine']}")
-    print(f"config: {result['config']}")
     print(f"{'':16}{'seconds':>10}{'episodes/s':>12}{'turns':>8}{'success':>9}")
     for key in ("batched", "one_at_a_time"):
         r = result[key]

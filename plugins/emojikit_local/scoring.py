@@ -66,10 +66,9 @@ def prefix_key(datum: Datum) -> tuple[int, ...]:
     return tuple(datum.model_input[: prefix_split(datum)])
 
 
-def common_prefix_length(datums: Sequence[Datum]) -> int:
-    """How many leading tokens every datum's prefix shares (in SFT batches: the chat template
-    and system prompt, ~a third of each short example)."""
-    prefixes = [prefix_key(d) for d in datums]
+def common_prefix_length(prefixes: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens all prefixes share (in SFT batches: the chat template and system
+    prompt, ~a third of each short example)."""
     shortest = min(len(p) for p in prefixes)
     for i in range(shortest):
         token = prefixes[0][i]
@@ -90,9 +89,10 @@ def target_logprobs(model, datums: Sequence[Datum], *, temperature: float, const
     """
     if share_prefix and len(datums) > 1:
         splits = [prefix_split(d) for d in datums]
-        if min(splits) > 0 and len({prefix_key(d) for d in datums}) < len(datums):
+        prefixes = [tuple(d.model_input[:s]) for d, s in zip(datums, splits)]
+        if min(splits) > 0 and len(set(prefixes)) < len(datums):
             return _shared_prefix_logprobs(model, datums, splits, temperature=temperature, constraint=constraint, budget=budget, pad_id=pad_id, device=device)
-        common = common_prefix_length(datums)
+        common = common_prefix_length(prefixes)
         if common >= MIN_COMMON_PREFIX:
             return _shared_prefix_logprobs(model, datums, [common] * len(datums), temperature=temperature, constraint=constraint, budget=budget, pad_id=pad_id, device=device)
     inputs_B_T, attention_B_T = right_pad([d.model_input for d in datums], pad_id, device)

@@ -30,6 +30,33 @@ def _chunks(items: list, size: int) -> Iterator[list]:
         yield items[i : i + size]
 
 
+def lower_base_projections(model, dtype: torch.dtype) -> int:
+    """Store the frozen base weight of every LoRA-wrapped projection in `dtype` and run its
+    matmul there; inputs and outputs keep the model's dtype, so LoRA, attention, norms and
+    the vocabulary projection do not change. Returns how many projections were lowered.
+
+    Why: these projections are most of a step's time, and on CPUs with AVX512-BF16 a bfloat16
+    matmul of their shapes runs 2.5-3x faster than a float32 one (docs/performance.md).
+    """
+    from peft.tuners.lora import LoraLayer
+
+    lowered = 0
+    for module in model.modules():
+        base = module.get_base_layer() if isinstance(module, LoraLayer) else None
+        if not isinstance(base, torch.nn.Linear) or base.weight.dtype == dtype:
+            continue
+        base.weight.data = base.weight.data.to(dtype)
+        if base.bias is not None:
+            base.bias.data = base.bias.data.to(dtype)
+
+        def forward(x: torch.Tensor, *args, _layer=base, **kwargs) -> torch.Tensor:
+            return torch.nn.functional.linear(x.to(dtype), _layer.weight, _layer.bias).to(x.dtype)
+
+        base.forward = forward
+        lowered += 1
+    return lowered
+
+
 class LocalPolicy:
     def __init__(self, model, tokenizer, config: LocalConfig, *, seed: int = 0):
         """Wrap a loaded base model (see loading.load_model_and_tokenizer) with LoRA."""
@@ -54,6 +81,8 @@ class LocalPolicy:
                 task_type="CAUSAL_LM",
             )
             self.model = get_peft_model(model, lora, adapter_name=TRAINED)
+        if config.base_matmul_dtype == "bfloat16" and config.dtype == "float32":
+            lower_base_projections(self.model, torch.bfloat16)
         self.model.eval()
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer: Optional[torch.optim.Optimizer] = None
@@ -193,7 +222,7 @@ class LocalPolicy:
                 chunk = [datums[i] for i in batch]
                 logprobs_B_T = target_logprobs(
                     self.model, chunk, temperature=temperature, constraint=constraint, budget=self.decode_budget,
-                    pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk), share_prefix=True,
+                    pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk), share_prefix=True, weighted_only=True,
                 )
                 weights_B_T = self._per_position(chunk, lambda d: d.weights, logprobs_B_T.shape)
                 on_B_T = weights_B_T != 0

@@ -77,7 +77,7 @@ def common_prefix_length(prefixes: Sequence[Sequence[int]]) -> int:
     return shortest
 
 
-def target_logprobs(model, datums: Sequence[Datum], *, temperature: float, constraint: Any, budget: int, pad_id: int, device, first_position: int = 0, share_prefix: bool = False) -> torch.Tensor:
+def target_logprobs(model, datums: Sequence[Datum], *, temperature: float, constraint: Any, budget: int, pad_id: int, device, first_position: int = 0, share_prefix: bool = False, weighted_only: bool = False) -> torch.Tensor:
     """Float[B, T]: logprob of each target token (0 past a datum's end, and before
     first_position, where no logits are computed). Differentiable when called with grad.
 
@@ -86,48 +86,88 @@ def target_logprobs(model, datums: Sequence[Datum], *, temperature: float, const
     one GRPO group) and runs only their suffixes; positions before a datum's own split are 0.
     When every prompt differs, the tokens they all start with (chat template, system prompt)
     are run once instead. Gradients flow back through the copies into the one prefix pass.
+
+    weighted_only=True scores only positions with a non-zero weight (the rest are 0): training
+    needs no others, and the vocabulary projection is then paid for the answer tokens alone.
     """
     if share_prefix and len(datums) > 1:
         splits = [prefix_split(d) for d in datums]
         prefixes = [tuple(d.model_input[:s]) for d, s in zip(datums, splits)]
         if min(splits) > 0 and len(set(prefixes)) < len(datums):
-            return _shared_prefix_logprobs(model, datums, splits, temperature=temperature, constraint=constraint, budget=budget, pad_id=pad_id, device=device)
+            return _shared_prefix_logprobs(model, datums, splits, temperature=temperature, constraint=constraint, budget=budget, pad_id=pad_id, device=device, weighted_only=weighted_only)
         common = common_prefix_length(prefixes)
         if common >= MIN_COMMON_PREFIX:
-            return _shared_prefix_logprobs(model, datums, [common] * len(datums), temperature=temperature, constraint=constraint, budget=budget, pad_id=pad_id, device=device)
+            return _shared_prefix_logprobs(model, datums, [common] * len(datums), temperature=temperature, constraint=constraint, budget=budget, pad_id=pad_id, device=device, weighted_only=weighted_only)
     inputs_B_T, attention_B_T = right_pad([d.model_input for d in datums], pad_id, device)
     targets_B_T, _ = right_pad([d.target_tokens for d in datums], pad_id, device)
     width = inputs_B_T.shape[1]
     first = min(first_position, width - 1)
-    # The vocabulary projection is the largest activation; skip it where no loss falls (prompts).
-    logits_B_K_V = model(input_ids=inputs_B_T, attention_mask=attention_B_T, use_cache=False, logits_to_keep=width - first if first else 0).logits
-    logprobs_B_K = _masked_logprobs(logits_B_K_V, targets_B_T[:, first:], datums, [first] * len(datums), temperature, constraint, budget, device)
-    logprobs_B_T = torch.cat([logprobs_B_K.new_zeros(len(datums), first), logprobs_B_K], dim=1)
-    return logprobs_B_T * attention_B_T
+    hidden_B_T_D = _decoder(model)(input_ids=inputs_B_T, attention_mask=attention_B_T, use_cache=False).last_hidden_state
+    offsets = [first] * len(datums)
+    needed_B_K = _needed(datums, offsets, attention_B_T[:, first:], weighted_only)
+    logprobs_B_K = _scored_logprobs(model, hidden_B_T_D[:, first:], targets_B_T[:, first:], needed_B_K, datums, offsets, temperature, constraint, budget, device)
+    return torch.cat([logprobs_B_K.new_zeros(len(datums), first), logprobs_B_K], dim=1)
 
 
-def _masked_logprobs(logits_B_K_V, targets_B_K, datums, offsets: list[int], temperature, constraint, budget, device) -> torch.Tensor:
-    """Float[B, K]: tempered logprob of each target, under the decoder mask at decoded
-    positions; column k of row b is position offsets[b] + k."""
-    logprobs_B_K = tempered_logprobs(logits_B_K_V, temperature).gather(-1, targets_B_K[..., None]).squeeze(-1)
+def _decoder(model):
+    """The transformer under the vocabulary projection (LoRA layers are injected in place)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder()
+
+
+def _project(model, hidden_N_D: torch.Tensor) -> torch.Tensor:
+    """Logits from final hidden states, as the model's own forward makes them."""
+    logits_N_V = model.get_output_embeddings()(hidden_N_D)
+    config = model.config
+    if getattr(config, "logit_scale", None):  # Cohere
+        logits_N_V = logits_N_V * config.logit_scale
+    if getattr(config, "final_logit_softcapping", None):  # Gemma 2 and 3
+        logits_N_V = torch.tanh(logits_N_V / config.final_logit_softcapping) * config.final_logit_softcapping
+    return logits_N_V
+
+
+def _needed(datums: Sequence[Datum], offsets: list[int], attention_B_K: torch.Tensor, weighted_only: bool) -> torch.Tensor:
+    """Bool[B, K]: the columns to score; column k of row b is position offsets[b] + k."""
+    needed_B_K = attention_B_K.bool()
+    if weighted_only:
+        weighted_B_K = torch.zeros_like(needed_B_K)
+        for b, (datum, offset) in enumerate(zip(datums, offsets)):
+            for i, w in enumerate(datum.weights[offset : offset + needed_B_K.shape[1]]):
+                weighted_B_K[b, i] = w != 0
+        needed_B_K &= weighted_B_K
+    return needed_B_K
+
+
+def _scored_logprobs(model, hidden_B_K_D, targets_B_K, needed_B_K, datums, offsets: list[int], temperature, constraint, budget, device) -> torch.Tensor:
+    """Float[B, K]: tempered logprob of each needed target (0 elsewhere), under the decoder mask
+    at decoded positions; column k of row b is position offsets[b] + k. The vocabulary
+    projection, the largest activation, runs on the needed rows only."""
+    rows_N, cols_N = needed_B_K.nonzero(as_tuple=True)
+    logits_N_V = _project(model, hidden_B_K_D[rows_N, cols_N])
+    targets_N = targets_B_K[rows_N, cols_N]
+    logprobs_N = tempered_logprobs(logits_N_V, temperature).gather(-1, targets_N[:, None]).squeeze(-1)
     if constraint is not None and any(d.decoded_spans for d in datums):
+        index_B_K = torch.full(needed_B_K.shape, -1, dtype=torch.long, device=device)
+        index_B_K[rows_N, cols_N] = torch.arange(len(rows_N), device=device)
         rows, positions, states, tokens_left = replay_queries(datums, constraint, budget)
-        allowed_N_V = allowed_rows(constraint, states, tokens_left, logits_B_K_V.shape[-1], device)
-        rows_N = torch.tensor(rows, device=device)
-        kept_N = torch.tensor([p - offsets[r] for r, p in zip(rows, positions)], device=device)
-        masked_N_V = tempered_logprobs(logits_B_K_V[rows_N, kept_N], temperature, allowed_N_V)
-        masked_N = masked_N_V.gather(-1, targets_B_K[rows_N, kept_N][:, None]).squeeze(-1)
-        logprobs_B_K = logprobs_B_K.index_put((rows_N, kept_N), masked_N)
-    return logprobs_B_K
+        kept = [(r, p - offsets[r]) for r, p in zip(rows, positions)]
+        keep = [i for i, (r, k) in enumerate(kept) if 0 <= k < needed_B_K.shape[1] and index_B_K[r, k] >= 0]
+        if keep:
+            query_Q = index_B_K[torch.tensor([kept[i][0] for i in keep], device=device), torch.tensor([kept[i][1] for i in keep], device=device)]
+            allowed_Q_V = allowed_rows(constraint, [states[i] for i in keep], [tokens_left[i] for i in keep], logits_N_V.shape[-1], device)
+            masked_Q = tempered_logprobs(logits_N_V[query_Q], temperature, allowed_Q_V).gather(-1, targets_N[query_Q][:, None]).squeeze(-1)
+            logprobs_N = logprobs_N.index_put((query_Q,), masked_Q)
+    return logprobs_N.new_zeros(needed_B_K.shape).index_put((rows_N, cols_N), logprobs_N)
 
 
-def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *, temperature, constraint, budget, pad_id, device) -> torch.Tensor:
+def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *, temperature, constraint, budget, pad_id, device, weighted_only: bool) -> torch.Tensor:
     from emojikit_local.sampling import left_pad, unique_rows
 
+    decoder = _decoder(model)
     prefixes, row_to_unique = unique_rows([d.model_input[:s] for d, s in zip(datums, splits)])
     prefix_U_P, prefix_attention_U_P = left_pad(prefixes, pad_id, device)
     positions_U_P = (prefix_attention_U_P.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=prefix_U_P, attention_mask=prefix_attention_U_P, position_ids=positions_U_P, use_cache=True, logits_to_keep=1)
+    out = decoder(input_ids=prefix_U_P, attention_mask=prefix_attention_U_P, position_ids=positions_U_P, use_cache=True)
     expand_B = torch.tensor(row_to_unique, device=device)
     cache = out.past_key_values
     cache.reorder_cache(expand_B)  # differentiable index_select: gradients sum back into the prefix
@@ -140,9 +180,10 @@ def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *
     attention_B_PS = torch.cat([prefix_attention_U_P.index_select(0, expand_B), suffix_attention_B_S], dim=1)
     # Suffix columns before `skip` are prompt in every row (a common-prefix split): no logits.
     skip = min(max(0, min(needed_from(d) - s for d, s in zip(datums, splits))), width_S - 1)
-    logits_B_K_V = model(input_ids=suffix_B_S, attention_mask=attention_B_PS, position_ids=positions_B_S, past_key_values=cache, use_cache=True, logits_to_keep=width_S - skip if skip else 0).logits
+    hidden_B_S_D = decoder(input_ids=suffix_B_S, attention_mask=attention_B_PS, position_ids=positions_B_S, past_key_values=cache, use_cache=True).last_hidden_state
     offsets = [s + skip for s in splits]
-    logprobs_B_K = _masked_logprobs(logits_B_K_V, targets_B_S[:, skip:], datums, offsets, temperature, constraint, budget, device) * suffix_attention_B_S[:, skip:]
+    needed_B_K = _needed(datums, offsets, suffix_attention_B_S[:, skip:], weighted_only)
+    logprobs_B_K = _scored_logprobs(model, hidden_B_S_D[:, skip:], targets_B_S[:, skip:], needed_B_K, datums, offsets, temperature, constraint, budget, device)
     width = max(len(d.target_tokens) for d in datums)
     rows = []
     for b, (datum, offset) in enumerate(zip(datums, offsets)):

@@ -1,0 +1,102 @@
+"""Seconds per SFT step (forward_backward + optim_step of one batch) on the bundled SmolLM2,
+for the local backend's precision and micro-batch settings, alternated in one process.
+
+    python bench/sft_step.py                  # batch 16, 5 rounds, a table
+    python bench/sft_step.py --json
+    python bench/sft_step.py --rounds 1 --batch 4   # smoke run
+
+Every setting trains its own fresh LoRA (same seed) on the same batches of the SFT training
+file (`emojikit run recipes/data.toml` makes it), one step per setting per round, so machine
+noise falls on all of them alike. Settings:
+  fp32 / micro 8     the backend's defaults (the baseline)
+  fp32 / micro 16    one forward pass per batch of 16
+  bf16 / micro 8     frozen base projections in bfloat16 (`base_matmul_dtype`), LoRA in fp32
+  bf16 / micro 16    both: what recipes/sft.toml uses
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, peak_rss_mb, parser as bench_parser, print_header  # noqa: E402
+
+SETTINGS = [("float32", 8), ("float32", 16), ("bfloat16", 8), ("bfloat16", 16)]
+
+
+def run(args) -> dict:
+    import torch
+
+    from emojikit.bundled import SMOLLM2
+    from emojikit.policy import AdamParams
+    from emojikit.sft import batch_indices, chat_datum, load_chats
+    from emojikit_local.config import LocalConfig
+    from emojikit_local.loading import load_model_and_tokenizer
+    from emojikit_local.policy import LocalPolicy
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if not args.train_file.exists():
+        raise SystemExit(f"{args.train_file}: not found (make it with: emojikit run recipes/data.toml)")
+    chats = load_chats(args.train_file, limit=args.batch * (args.rounds + 1))
+    policies = {}
+    for dtype, micro in SETTINGS:
+        model, tokenizer = load_model_and_tokenizer(SMOLLM2)
+        policies[(dtype, micro)] = LocalPolicy(model, tokenizer, LocalConfig(base_matmul_dtype=dtype, micro_batch_size=micro), seed=args.seed)
+
+    def step(policy, index: int) -> tuple[float, float, float]:
+        batch = [chats[i] for i in batch_indices(len(chats), args.batch, index, args.seed)]
+        datums = [chat_datum(policy, chat) for chat in batch]
+        started = time.perf_counter()
+        out = policy.forward_backward(datums, "cross_entropy")
+        policy.optim_step(AdamParams(learning_rate=1e-3))
+        return time.perf_counter() - started, out.loss, sum(len(d.model_input) for d in datums)
+
+    seconds = {key: [] for key in policies}
+    losses = {key: [] for key in policies}
+    tokens = 0
+    for index in range(args.rounds + 1):  # round 0 warms up every setting
+        for key, policy in policies.items():
+            elapsed, loss, tokens = step(policy, index)
+            if index:
+                seconds[key].append(elapsed)
+                losses[key].append(loss)
+    base = statistics.median(seconds[SETTINGS[0]])
+    rows = []
+    for (dtype, micro), values in seconds.items():
+        median = statistics.median(values)
+        rows.append({
+            "setting": f"{'bf16' if dtype == 'bfloat16' else 'fp32'} / micro {micro}",
+            "seconds_per_step": round(median, 3),
+            "tokens_per_second": round(tokens / median, 1),
+            "speedup": round(base / median, 2),
+            "mean_loss": round(statistics.mean(losses[(dtype, micro)]), 4),
+        })
+    return {
+        "machine": machine(),
+        "config": {"batch": args.batch, "rounds": args.rounds, "threads": torch.get_num_threads(), "train_file": str(args.train_file)},
+        "rows": rows,
+        "peak_rss_mb": round(peak_rss_mb()),
+    }
+
+
+def main() -> None:
+    parser = bench_parser(__doc__, threads=0)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"))
+    args = parser.parse_args()
+    result = run(args)
+    if print_header(result, args.json):
+        return
+    print(f"{'setting':<18} {'s/step':>8} {'tokens/s':>9} {'speedup':>8} {'mean loss':>10}")
+    for row in result["rows"]:
+        print(f"{row['setting']:<18} {row['seconds_per_step']:>8.3f} {row['tokens_per_second']:>9.1f} {row['speedup']:>7.2f}x {row['mean_loss']:>10.4f}")
+    print(f"peak RSS: {result['peak_rss_mb']} MB (all settings' models in one process)")
+
+
+if __name__ == "__main__":
+    main()

@@ -57,13 +57,15 @@ def run(args) -> dict:
 
     seconds = {key: [] for key in policies}
     losses = {key: [] for key in policies}
-    tokens = 0
+    tokens = []
     for index in range(args.rounds + 1):  # round 0 warms up every setting
         for key, policy in policies.items():
-            elapsed, loss, tokens = step(policy, index)
+            elapsed, loss, batch_tokens = step(policy, index)
             if index:
                 seconds[key].append(elapsed)
                 losses[key].append(loss)
+        if index:
+            tokens.append(batch_tokens)
     base = statistics.median(seconds[SETTINGS[0]])
     rows = []
     for (dtype, micro), values in seconds.items():
@@ -71,7 +73,7 @@ def run(args) -> dict:
         rows.append({
             "setting": f"{'bf16' if dtype == 'bfloat16' else 'fp32'} / micro {micro}",
             "seconds_per_step": round(median, 3),
-            "tokens_per_second": round(tokens / median, 1),
+            "tokens_per_second": round(sum(tokens) / sum(values), 1),
             "speedup": round(base / median, 2),
             "mean_loss": round(statistics.mean(losses[(dtype, micro)]), 4),
         })

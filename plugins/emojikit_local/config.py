@@ -18,7 +18,7 @@ class LocalConfig(ConfigModel):
     target_modules: Union[Literal["all-linear"], list[str]] = Field("all-linear", description="modules that get LoRA: 'all-linear' (every linear projection except the output head) or a list of module names")
     device: str = Field("auto", description="auto (cuda, then mps, then cpu), or a torch device such as cpu or cuda:0")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="weight and compute dtype")
-    base_matmul_dtype: Literal["float32", "bfloat16"] = Field("float32", description="dtype of the frozen base projections under LoRA (weights and matmuls; LoRA, attention and the output head stay in dtype): bfloat16 trains ~1.6x faster on CPUs with AVX512-BF16, but logprobs then move by ~0.03 nats (worst ~0.1), sampler and trainer included, so keep float32 for GRPO")
+    base_matmul_dtype: Literal["float32", "bfloat16"] = Field("float32", description="dtype of the frozen base projections under LoRA (weights and matmuls; LoRA, attention and the output head stay in dtype): bfloat16 trains 1.45-1.7x faster on CPUs with AVX512-BF16, but logprobs then move by ~0.03 nats (worst ~0.1), sampler and trainer included, so keep float32 for GRPO")
     grad_clip: float = Field(1.0, ge=0, description="clip the gradient norm to this before each optimizer step (0 disables)")
     max_seq_len: int = Field(1024, ge=2, description="longest prompt + completion sampled or trained; longer ones are an error")
     micro_batch_size: int = Field(8, ge=1, description="sequences per forward pass; larger batches accumulate gradients over micro-batches")

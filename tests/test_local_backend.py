@@ -212,7 +212,7 @@ def test_bfloat16_base_projections_train_the_same_float32_adapter(tmp_path):
     grads_exact, grads_lowered = torch.cat([g.flatten() for g in trainable_grads(exact)]), torch.cat([g.flatten() for g in trainable_grads(lowered)])
     assert torch.nn.functional.cosine_similarity(grads_exact, grads_lowered, dim=0) > 0.98
 
-    # The checkpoint is a float32 adapter: a float32 policy loads it and scores as float32 does.
+    # The checkpoint is a plain float32 adapter: a float32 policy loads it unchanged.
     lowered.optim_step(AdamParams(learning_rate=1e-2))
     ref = lowered.save(str(tmp_path / "step1"))
     reloaded = tiny_policy()

@@ -36,7 +36,7 @@ def run(args) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    config = LocalConfig(model=args.model, micro_batch_size=args.micro_batch_size, sample_batch_size=args.batch, dtype=args.dtype)
+    config = LocalConfig(model=args.model, micro_batch_size=args.micro_batch_size, sample_batch_size=args.batch, dtype=args.dtype, base_matmul_dtype=args.base_matmul_dtype)
     model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype, device=config.device)
     policy = LocalPolicy(model, tokenizer, config, seed=0)
     load_s = time.perf_counter() - started
@@ -62,6 +62,7 @@ def run(args) -> dict:
         "model": args.model,
         "device": str(policy.device),
         "dtype": args.dtype,
+        "base_matmul_dtype": args.base_matmul_dtype,
         "torch_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
@@ -87,6 +88,7 @@ def main(argv=None) -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--base-matmul-dtype", default="float32", choices=["float32", "bfloat16"], help="the backend's base_matmul_dtype (bfloat16: frozen base projections in bf16)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)

@@ -11,18 +11,15 @@ that stop early count only the tokens they produced). Peak memory is the process
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
-import resource
 import sys
 import time
+from pathlib import Path
 
-
-def peak_rss_mb() -> float:
-    kilobytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return kilobytes / 1024 / (1024 if sys.platform == "darwin" else 1)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import parser as bench_parser, peak_rss_mb  # noqa: E402
 
 
 def run(args) -> dict:
@@ -38,10 +35,10 @@ def run(args) -> dict:
     started = time.perf_counter()
     config = LocalConfig(model=args.model, micro_batch_size=args.micro_batch_size, sample_batch_size=args.batch, dtype=args.dtype, base_matmul_dtype=args.base_matmul_dtype)
     model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype, device=config.device)
-    policy = LocalPolicy(model, tokenizer, config, seed=0)
+    policy = LocalPolicy(model, tokenizer, config, seed=args.seed)
     load_s = time.perf_counter() - started
 
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(args.seed)
     datums = []
     for _ in range(args.batch):
         tokens = torch.randint(100, len(tokenizer), (args.tokens + 1,), generator=g).tolist()
@@ -54,7 +51,7 @@ def run(args) -> dict:
     prompts = [[{"role": "user", "content": f"Tell me a long story about a {animal}."}] for animal in ("cat", "dog", "fox", "owl")]
     per_prompt = max(1, args.batch // len(prompts))
     started = time.perf_counter()
-    groups = policy.sample(prompts, per_prompt, SamplingParams(max_tokens=args.tokens, temperature=1.0, seed=0))
+    groups = policy.sample(prompts, per_prompt, SamplingParams(max_tokens=args.tokens, temperature=1.0, seed=args.seed))
     sample_s = time.perf_counter() - started
     generated = sum(len(s.tokens) for group in groups for s in group)
 
@@ -82,15 +79,13 @@ def run(args) -> dict:
 def main(argv=None) -> None:
     from emojikit.bundled import SMOLLM2
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__, threads=0)
     parser.add_argument("--model", default=SMOLLM2)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--base-matmul-dtype", default="float32", choices=["float32", "bfloat16"], help="the backend's base_matmul_dtype (bfloat16: frozen base projections in bf16)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
     result = run(args)
     if args.json:

@@ -130,10 +130,9 @@ def _needed(datums: Sequence[Datum], offsets: list[int], attention_B_K: torch.Te
     """Bool[B, K]: the columns to score; column k of row b is position offsets[b] + k."""
     needed_B_K = attention_B_K.bool()
     if weighted_only:
-        weighted_B_K = torch.zeros_like(needed_B_K)
-        for b, (datum, offset) in enumerate(zip(datums, offsets)):
-            for i, w in enumerate(datum.weights[offset : offset + needed_B_K.shape[1]]):
-                weighted_B_K[b, i] = w != 0
+        width = needed_B_K.shape[1]
+        rows = [[w != 0 for w in d.weights[o : o + width]] for d, o in zip(datums, offsets)]
+        weighted_B_K = torch.tensor([row + [False] * (width - len(row)) for row in rows], dtype=torch.bool, device=needed_B_K.device)
         needed_B_K &= weighted_B_K
     return needed_B_K
 
@@ -150,10 +149,11 @@ def _scored_logprobs(model, hidden_B_K_D, targets_B_K, needed_B_K, datums, offse
         index_B_K = torch.full(needed_B_K.shape, -1, dtype=torch.long, device=device)
         index_B_K[rows_N, cols_N] = torch.arange(len(rows_N), device=device)
         rows, positions, states, tokens_left = replay_queries(datums, constraint, budget)
-        kept = [(r, p - offsets[r]) for r, p in zip(rows, positions)]
-        keep = [i for i, (r, k) in enumerate(kept) if 0 <= k < needed_B_K.shape[1] and index_B_K[r, k] >= 0]
+        # Decoded positions lie inside the scored window; weighted_only drops unweighted ones.
+        index_Q = index_B_K[torch.tensor(rows, device=device), torch.tensor([p - offsets[r] for r, p in zip(rows, positions)], device=device)]
+        keep = (index_Q >= 0).nonzero().squeeze(-1).tolist()
         if keep:
-            query_Q = index_B_K[torch.tensor([kept[i][0] for i in keep], device=device), torch.tensor([kept[i][1] for i in keep], device=device)]
+            query_Q = index_Q[keep]
             allowed_Q_V = allowed_rows(constraint, [states[i] for i in keep], [tokens_left[i] for i in keep], logits_N_V.shape[-1], device)
             masked_Q = tempered_logprobs(logits_N_V[query_Q], temperature, allowed_Q_V).gather(-1, targets_N[query_Q][:, None]).squeeze(-1)
             logprobs_N = logprobs_N.index_put((query_Q,), masked_Q)

@@ -1,19 +1,23 @@
 """GRPO on the retrieval game: one loop against Policy, readable top to bottom.
 
-Each step: targets -> group_size episodes per target in one batched game -> rewards ->
-group-relative advantages -> datums (only the sender's tokens of every turn carry the
-advantage) -> KL against the start policy -> forward_backward -> optim_step -> metrics.
+A step is named phases, each a small function below:
+  play (a Group of group_size episodes per target) -> drop failed groups -> advantages
+  (group-relative, per episode or per turn) -> datums (only the sender's tokens carry an
+  advantage) -> KL to the start policy, folded into the advantages -> train (ppo_epochs
+  passes of `minibatches` optimizer steps over the batch) -> evaluate -> save.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
+from emojikit.components import Episode, Message
 from emojikit.config import ConfigModel
 
 EPISODES_FILE = "episodes.jsonl"
@@ -31,10 +35,20 @@ class GRPOSettings(ConfigModel):
     kl_coef: float = Field(0.0, ge=0, description="Penalty per token on log(pi/pi_start), folded into the advantages.")
     loss: Literal["ppo", "importance_sampling"] = "ppo"
     clip: float = Field(0.2, gt=0, description="PPO clip range.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each step's episodes; after the first, the PPO clip bounds the update.")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per pass: the step's groups split into this many parts.")
+    credit: Literal["episode", "turn"] = Field(
+        "episode",
+        description='"episode": every turn carries the episode\'s advantage; "turn": turn k carries the reward from its own '
+        "similarity gain onward, baselined against the group's episodes that reached turn k.",
+    )
     normalize_std: bool = Field(True, description="Divide advantages by the group's reward std.")
     start_from: str = Field("auto", description='"auto" (the sft_run checkpoint if present, else base), "base", or a checkpoint path.')
     sft_run: Path = Field(Path("runs/sft"), description="Run directory whose latest checkpoint start_from=auto uses.")
-    eval_targets: int = Field(32, ge=0, description="Held-out targets (taken first from the prompt source, never trained on).")
+    heldout_file: Optional[Path] = Field(
+        None, description="Held-out targets (JSONL with a text field, or one per line); default: the first eval_targets of the prompt source."
+    )
+    eval_targets: int = Field(32, ge=0, description="Held-out targets played before, after and every eval_every steps (never trained on).")
     eval_every: int = Field(0, ge=0, description="Held-out game every N steps (0: only before and after).")
     eval_temperature: float = Field(0.3, gt=0)
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0: only at the end).")
@@ -52,6 +66,38 @@ class GRPOSettings(ConfigModel):
         return value
 
 
+@dataclass
+class Group:
+    """group_size episodes of one target: the unit GRPO compares within."""
+
+    target: Message
+    episodes: list[Episode]
+
+    @property
+    def failed(self) -> bool:
+        return any(ep.failed for ep in self.episodes)
+
+    @property
+    def rewards(self) -> list[float]:
+        return [ep.reward["total"] for ep in self.episodes]
+
+
+# --- the phases of a step ----------------------------------------------------------------
+
+
+def play_groups(policy, decoder, judge, reward, targets: list[Message], game, sampling, group_size: int) -> list[Group]:
+    from emojikit.game import play
+
+    episodes = play(policy, decoder, judge, reward, targets, settings=game, sampling=sampling, group_size=group_size)
+    return [Group(t, episodes[i * group_size : (i + 1) * group_size]) for i, t in enumerate(targets)]
+
+
+def drop_failed(groups: list[Group]) -> list[Group]:
+    """A group with an episode the judge could not answer is dropped whole: its advantages
+    would be relative to rewards that were never measured."""
+    return [group for group in groups if not group.failed]
+
+
 def group_advantages(rewards_G: list[float], normalize_std: bool) -> list[float]:
     """Mean-centred rewards of one group, optionally divided by their std."""
     mean = sum(rewards_G) / len(rewards_G)
@@ -62,11 +108,100 @@ def group_advantages(rewards_G: list[float], normalize_std: bool) -> list[float]
     return centred
 
 
-def episode_datums(episode, advantage: float, budget: int) -> list:
-    """One datum per turn: the turn's prompt plus the sender's tokens, which carry the advantage."""
+def turn_advantages(group: Group, normalize_std: bool, credit: str) -> list[list[float]]:
+    """One advantage per turn of every episode of the group.
+
+    "episode": every turn gets the episode's group-relative advantage. "turn": turn k's
+    return is the episode's total minus the similarity already reached before it (what
+    turn k and later turns added), baselined by the mean return at turn k over the group's
+    episodes that played turn k (fewer than two: the episode's own advantage).
+    """
+    rewards_G = group.rewards
+    episode_adv_G = group_advantages(rewards_G, normalize_std=False)
+    scale = statistics.pstdev(rewards_G) + 1e-6 if normalize_std else 1.0
+    if credit == "episode":
+        return [[a / scale] * len(ep.turns) for ep, a in zip(group.episodes, episode_adv_G)]
+    returns = [[total - (ep.turns[k - 1].similarity if k else 0.0) for k in range(len(ep.turns))] for ep, total in zip(group.episodes, rewards_G)]
+    out = []
+    for ep_returns, a in zip(returns, episode_adv_G):
+        row = []
+        for k, ret in enumerate(ep_returns):
+            peers = [r[k] for r in returns if len(r) > k]
+            row.append((ret - statistics.fmean(peers) if len(peers) >= 2 else a) / scale)
+        out.append(row)
+    return out
+
+
+def episode_datums(episode: Episode, advantage, budget: int) -> list:
+    """One datum per turn: the turn's prompt plus the sender's tokens, which carry the
+    advantage (one float for every turn, or one per turn)."""
     from emojikit.policy import Datum
 
-    return [Datum.from_sample(turn.sample, advantage=advantage, decoded=True, decode_budget=budget) for turn in episode.turns if turn.sample is not None]
+    per_turn = advantage if isinstance(advantage, list) else [advantage] * len(episode.turns)
+    return [
+        Datum.from_sample(turn.sample, advantage=a, decoded=True, decode_budget=budget)
+        for turn, a in zip(episode.turns, per_turn)
+        if turn.sample is not None
+    ]
+
+
+def group_datums(groups: list[Group], g: GRPOSettings, budget: int) -> tuple[list[list], int]:
+    """(datums per group that teaches, groups skipped): a group whose rewards are all equal
+    has no advantage and teaches nothing."""
+    per_group, skipped = [], 0
+    for group in groups:
+        if max(group.rewards) - min(group.rewards) < 1e-9:
+            skipped += 1
+            continue
+        advantages = turn_advantages(group, g.normalize_std, g.credit)
+        per_group.append([d for ep, adv in zip(group.episodes, advantages) for d in episode_datums(ep, adv, budget)])
+    return per_group, skipped
+
+
+def fold_kl(policy, datums: list, *, temperature: float, decoder, kl_coef: float) -> float:
+    """Mean per-token log(pi/pi_start) of the sampled tokens; kl_coef times it is subtracted
+    from each token's advantage. The sampler's logprobs stand for pi (same weights)."""
+    ref_logprobs = policy.compute_logprobs(datums, temperature=temperature, decoder=decoder, reference=True)
+    kl_sum = kl_n = 0.0
+    for d, ref in zip(datums, ref_logprobs):
+        for t, w in enumerate(d.weights):
+            if w:
+                kl = d.logprobs[t] - ref[t]
+                kl_sum, kl_n = kl_sum + kl, kl_n + 1
+                d.advantages[t] -= kl_coef * kl
+    return kl_sum / max(kl_n, 1)
+
+
+def split_groups(per_group: list[list], parts: int) -> list[list]:
+    """The step's datums in `parts` minibatches of whole groups (a group's advantages sum to
+    zero, so a minibatch of whole groups keeps its baseline)."""
+    parts = max(1, min(parts, len(per_group)))
+    return [[d for group in per_group[i::parts] for d in group] for i in range(parts)]
+
+
+def train(policy, per_group: list[list], g: GRPOSettings, *, decoder) -> dict:
+    """ppo_epochs passes, each `minibatches` forward_backward + optim_step calls. The first
+    call of the first pass sees the sampler's own weights (ratio 1: the replay check)."""
+    from emojikit.policy import AdamParams
+
+    row: dict = {}
+    losses = []
+    for epoch in range(g.ppo_epochs):
+        for part, datums in enumerate(split_groups(per_group, g.minibatches)):
+            out = policy.forward_backward(datums, g.loss, temperature=g.temperature, decoder=decoder, clip=g.clip)
+            optim = policy.optim_step(AdamParams(learning_rate=g.learning_rate))
+            losses.append(out.loss)
+            if epoch == 0 and part == 0:
+                row.update({"trained_tokens": out.n_tokens, **out.metrics, **{f"optim/{k}": v for k, v in optim.items()}})
+            else:
+                row["last_clip_fraction"] = out.metrics.get("clip_fraction", 0.0)
+                row["last_ratio_max_deviation"] = out.metrics.get("ratio_max_deviation", 0.0)
+    row["loss"] = statistics.fmean(losses)
+    row["optimizer_steps"] = len(losses)
+    return row
+
+
+# --- evaluation and the start ---------------------------------------------------------------
 
 
 def resolve_start(settings: GRPOSettings) -> Optional[str]:
@@ -96,17 +231,40 @@ def evaluate_game(policy, decoder, judge, reward, targets, game_settings, temper
 
     sampling = SamplingParams(max_tokens=game_settings.max_new_tokens, temperature=temperature, seed=seed)
     episodes = play(policy, decoder, judge, reward, targets, settings=game_settings, sampling=sampling, group_size=1)
-    reward.score(episodes)
     return {"targets": len(targets), **summarize(episodes), "failed_episodes": sum(ep.failed for ep in episodes)}
+
+
+def split_targets(recipe, g: GRPOSettings, run_dir) -> tuple[list[Message], list[Message]]:
+    """(held-out, training) targets; held-out ones never train, even when the prompt source repeats them."""
+    from emojikit.errors import ConfigError, InputFileError
+
+    source = recipe.build("prompts", run_dir.path)
+    if g.heldout_file is not None:
+        from emojikit.evaluate import read_targets
+
+        if not Path(g.heldout_file).is_file():
+            raise InputFileError(f"{recipe.path}: [grpo] heldout_file: {g.heldout_file} does not exist (make it with: emojikit run recipes/data.toml)")
+        heldout = read_targets(g.heldout_file, g.eval_targets) if g.eval_targets else []
+        held = {m.text for m in heldout}
+        train = [m for m in source.messages(g.target_pool + len(held)) if m.text not in held][: g.target_pool]
+    else:
+        messages = list(source.messages(g.eval_targets + g.target_pool))
+        heldout, train = messages[: g.eval_targets], messages[g.eval_targets :]
+    if not train:
+        raise ConfigError(f"{recipe.path}: [grpo] eval_targets: the prompt source gave no messages for training")
+    return heldout, train
+
+
+# --- the loop ---------------------------------------------------------------------------------
 
 
 def run(recipe, run_dir) -> None:
     from tqdm import tqdm
 
     from emojikit.errors import RemoteServiceError
-    from emojikit.game import episode_to_json, play
+    from emojikit.game import episode_to_json
     from emojikit.interrupt import Interrupted, graceful_stop
-    from emojikit.policy import AdamParams, SamplingParams
+    from emojikit.policy import SamplingParams
     from emojikit.sft import batch_indices
 
     g: GRPOSettings = recipe.settings["grpo"]
@@ -114,13 +272,7 @@ def run(recipe, run_dir) -> None:
     if g.max_turns is not None:
         game = game.model_copy(update={"max_turns": g.max_turns})
 
-    messages = list(recipe.build("prompts", run_dir.path).messages(g.eval_targets + g.target_pool))
-    heldout, train = messages[: g.eval_targets], messages[g.eval_targets :]
-    if not train:
-        from emojikit.errors import ConfigError
-
-        raise ConfigError(f"{recipe.path}: [grpo] eval_targets: the prompt source gave {len(messages)} messages, none left for training")
-
+    heldout, train_targets = split_targets(recipe, g, run_dir)
     start_ref = resolve_start(g)
     backend = recipe.components["backend"]
     if start_ref is not None and "init_from" in type(backend.config).model_fields:
@@ -131,15 +283,21 @@ def run(recipe, run_dir) -> None:
     judge = recipe.build("judge", run_dir.path)
     reward = recipe.build("reward", run_dir.path)
     if hasattr(judge, "add_candidates"):
-        judge.add_candidates([m.text for m in messages])
-    print(f"sender starts from {start_ref or 'the base model'}; {len(train)} training targets, {len(heldout)} held out")
+        judge.add_candidates([m.text for m in heldout + train_targets])
+    print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets, {len(heldout)} held out")
 
     start = run_dir.resume_policy(policy, (METRICS_FILE, EPISODES_FILE, EVAL_FILE))
 
     evals = {row["step"]: row for row in run_dir.read(EVAL_FILE)}
-    if heldout and 0 not in evals:
-        evals[0] = {"step": 0, **evaluate_game(policy, decoder, judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
-        run_dir.log(EVAL_FILE, evals[0])
+
+    def evaluate(step: int) -> dict:
+        if step not in evals:
+            evals[step] = {"step": step, **evaluate_game(policy, decoder, judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
+            run_dir.log(EVAL_FILE, evals[step])
+        return evals[step]
+
+    if heldout:
+        evaluate(0)
 
     stop_hint = f"resume with: emojikit run {recipe.path} --resume"
     failed_steps = 0  # consecutive steps in which every group was dropped
@@ -147,71 +305,37 @@ def run(recipe, run_dir) -> None:
         bar = tqdm(range(start, g.steps), initial=start, total=g.steps, desc="grpo", unit="step")
         for step in bar:
             t0 = time.time()
-            batch = [train[i] for i in batch_indices(len(train), g.batch_size, step, recipe.seed)]
+            done = step + 1
+            targets = [train_targets[i] for i in batch_indices(len(train_targets), g.batch_size, step, recipe.seed)]
             sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=g.temperature, seed=recipe.seed * 100_003 + step)
-            episodes = play(policy, decoder, judge, reward, batch, settings=game, sampling=sampling, group_size=g.group_size)
+            groups = play_groups(policy, decoder, judge, reward, targets, game, sampling, g.group_size)
             t_play = time.time() - t0
-            groups = [episodes[i * g.group_size : (i + 1) * g.group_size] for i in range(len(batch))]
-            # A group with an episode the judge could not answer is dropped whole: its
-            # advantages would be relative to rewards that were never measured.
-            kept = [group for group in groups if not any(ep.failed for ep in group)]
+            kept = drop_failed(groups)
             failed_steps = 0 if kept else failed_steps + 1
+            per_group, skipped = group_datums(kept, g, game.max_new_tokens)
 
-            # Group-relative advantages; a group whose rewards are all equal teaches nothing.
-            datums, skipped_groups, rewards = [], 0, []
-            for group in kept:
-                rewards_G = [ep.reward["total"] for ep in group]  # scored by play
-                rewards.extend(rewards_G)
-                if max(rewards_G) - min(rewards_G) < 1e-9:
-                    skipped_groups += 1
-                    continue
-                for episode, advantage in zip(group, group_advantages(rewards_G, g.normalize_std)):
-                    datums.extend(episode_datums(episode, advantage, game.max_new_tokens))
-
-            row = {"step": step + 1, "dropped_groups": len(groups) - len(kept), "skipped_groups": skipped_groups}
-            if rewards:
-                kept_episodes = [ep for group in kept for ep in group]
-                row.update(reward_mean=statistics.fmean(rewards), reward_std=statistics.pstdev(rewards), **summarize(kept_episodes))
-            else:
-                row["failed_step"] = True
-            sampled = [t.sample for ep in episodes for t in ep.turns if t.sample is not None]
-            n_sampled = sum(len(s.tokens) for s in sampled)
-            row["entropy_estimate"] = -sum(lp for s in sampled for lp in s.logprobs) / max(n_sampled, 1)  # mean sampled-token NLL
-            row["sampled_tokens_per_s"] = n_sampled / max(t_play, 1e-9)
-
+            row = {"step": done, "dropped_groups": len(groups) - len(kept), "skipped_groups": skipped}
+            row.update(step_statistics(groups, kept, t_play))
+            datums = [d for group in per_group for d in group]
             if datums:
-                # KL to the start policy, per sender token, folded into the advantages.
-                ref_logprobs = policy.compute_logprobs(datums, temperature=g.temperature, decoder=decoder, reference=True)
-                kl_sum = kl_n = 0.0
-                for d, ref in zip(datums, ref_logprobs):
-                    for t, w in enumerate(d.weights):
-                        if w:
-                            kl = d.logprobs[t] - ref[t]
-                            kl_sum, kl_n = kl_sum + kl, kl_n + 1
-                            d.advantages[t] -= g.kl_coef * kl
-                row["kl"] = kl_sum / max(kl_n, 1)
-                out = policy.forward_backward(datums, g.loss, temperature=g.temperature, decoder=decoder, clip=g.clip)
-                optim = policy.optim_step(AdamParams(learning_rate=g.learning_rate))
-                row.update({"loss": out.loss, "trained_tokens": out.n_tokens, **out.metrics, **{f"optim/{k}": v for k, v in optim.items()}})
+                row["kl"] = fold_kl(policy, datums, temperature=g.temperature, decoder=decoder, kl_coef=g.kl_coef)
+                row.update(train(policy, per_group, g, decoder=decoder))
             row["datums"] = len(datums)
             row["step_seconds"] = time.time() - t0
 
-            done = step + 1
-            for i in range(min(g.log_groups, len(batch))):
-                for ep in episodes[i * g.group_size : (i + 1) * g.group_size]:
+            for i, group in enumerate(groups[: g.log_groups]):
+                for ep in group.episodes:
                     run_dir.log(EPISODES_FILE, {"step": done, "group": i, **episode_to_json(ep)})
             if heldout and g.eval_every and done % g.eval_every == 0 and done != g.steps:
-                evals[done] = {"step": done, **evaluate_game(policy, decoder, judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
-                run_dir.log(EVAL_FILE, evals[done])
-                row["eval_success_rate"], row["eval_similarity"] = evals[done]["success_rate"], evals[done]["similarity"]
+                held = evaluate(done)
+                row["eval_success_rate"], row["eval_similarity"] = held["success_rate"], held["similarity"]
             run_dir.log(METRICS_FILE, row)
-            if rewards:
-                bar.set_postfix(reward=f"{row['reward_mean']:.3f}", success=f"{row['success_rate']:.2f}")
+            if "reward_mean" in row:
+                bar.set_postfix(reward=f"{row['reward_mean']:.3f}", success=f"{row['success_rate']:.2f}", kl=f"{row.get('kl', 0.0):.3f}")
             give_up = failed_steps >= g.max_failed_steps
             if (g.save_every and done % g.save_every == 0) or done == g.steps or stop or give_up:
-                if heldout and done == g.steps and done not in evals:
-                    evals[done] = {"step": done, **evaluate_game(policy, decoder, judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
-                    run_dir.log(EVAL_FILE, evals[done])
+                if heldout and done == g.steps:
+                    evaluate(done)
                 with run_dir.new_checkpoint(done) as tmp:
                     policy.save(str(tmp))
             if stop:
@@ -226,12 +350,28 @@ def run(recipe, run_dir) -> None:
         bar.close()
 
     if heldout and g.steps in evals:
-        table = before_after_table(evals[0], evals[g.steps])
         from emojikit.io import atomic_write_text
 
+        table = before_after_table(evals[0], evals[g.steps])
         atomic_write_text(run_dir.file("before_after.md"), table)
         print(table)
     print(f"final adapter: {run_dir.checkpoint_path(g.steps)}")
+
+
+def step_statistics(groups: list[Group], kept: list[Group], play_seconds: float) -> dict:
+    """Reward, success and sampling figures of one step's episodes."""
+    row: dict = {}
+    rewards = [r for group in kept for r in group.rewards]
+    if rewards:
+        episodes = [ep for group in kept for ep in group.episodes]
+        row.update(reward_mean=statistics.fmean(rewards), reward_std=statistics.pstdev(rewards), **summarize(episodes))
+    else:
+        row["failed_step"] = True
+    sampled = [t.sample for group in groups for ep in group.episodes for t in ep.turns if t.sample is not None]
+    n_sampled = sum(len(s.tokens) for s in sampled)
+    row["entropy_estimate"] = -sum(lp for s in sampled for lp in s.logprobs) / max(n_sampled, 1)  # mean sampled-token NLL
+    row["sampled_tokens_per_s"] = n_sampled / max(play_seconds, 1e-9)
+    return row
 
 
 def before_after_table(before: dict, after: dict) -> str:

@@ -1,4 +1,5 @@
-"""Hook implementations: the `retrieval` and `local-lm` judges and the `similarity` reward.
+"""Hook implementations: the `retrieval`, `keywords` and `local-lm` judges, the `similarity` reward and
+the learning probe's `keyword-share` reward.
 
 Only configs and pure-Python helpers are imported here; MiniLM and transformers load inside
 the factories.
@@ -7,7 +8,7 @@ the factories.
 from emojikit.components import Component
 from emojikit.hookspecs import hookimpl
 
-from emojikit_retrieval import local_lm, retrieval, reward
+from emojikit_retrieval import keywords, local_lm, probe, retrieval, reward
 
 
 @hookimpl
@@ -18,6 +19,13 @@ def register_judges():
             summary="Offline: CLDR names of the emoji -> nearest message in a candidate pool (MiniLM); never repeats a guess",
             config=retrieval.RetrievalConfig,
             factory=retrieval.build,
+            preflight=retrieval.preflight,
+        ),
+        Component(
+            name="keywords",
+            summary="Offline: emojilib's human-curated keywords of the emoji -> nearest message in a candidate pool (MiniLM); a reader GRPO does not train against",
+            config=keywords.KeywordsConfig,
+            factory=keywords.build,
             preflight=retrieval.preflight,
         ),
         Component(
@@ -37,5 +45,11 @@ def register_rewards():
             summary="MiniLM similarity of guess and target, success bonus, turn/format/repetition penalties",
             config=reward.SimilarityConfig,
             factory=reward.build,
-        )
+        ),
+        Component(
+            name="keyword-share",
+            summary="The learning probe's reward: share of sent emoji whose emojilib keywords include a word (default: animal)",
+            config=probe.KeywordShareConfig,
+            factory=probe.build,
+        ),
     ]

@@ -1,0 +1,167 @@
+"""What issue 17 added to make learning measurable: the GRPO step's phases (groups,
+per-episode and per-turn credit, minibatches), the `keywords` judge, the learning probe's
+reward, the teacher played as a sender, and eval targets read whole."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from click.testing import CliRunner
+
+from emojikit.cli import cli
+from emojikit.components import Episode, EpisodeTurn, JudgeView, Message
+from emojikit.evaluate import TeacherSender, read_targets
+from emojikit.game import GameSettings, play, sender_prompt
+from emojikit.grpo import GRPOSettings, Group, drop_failed, group_advantages, group_datums, split_groups, turn_advantages
+from emojikit.policy import Sample
+
+from emojikit_retrieval.keywords import KeywordsJudge, keywords
+from emojikit_retrieval.probe import KeywordShareReward
+from emojikit_retrieval.reward import SimilarityReward
+
+
+def turn(sim: float, tokens=(5, 6)) -> EpisodeTurn:
+    return EpisodeTurn(emoji="🍕🎉", valid=True, similarity=sim, sample=Sample(prompt_tokens=[1, 2, 3], tokens=list(tokens), logprobs=[-0.5] * len(tokens), text="🍕🎉"))
+
+
+def episode(total: float, sims: list[float], failed: bool = False) -> Episode:
+    return Episode(target="t", turns=[turn(s) for s in sims], reward={"total": total}, failed=failed)
+
+
+# --- the phases of a GRPO step -------------------------------------------------------------
+
+
+def test_episode_credit_gives_every_turn_the_group_relative_advantage():
+    group = Group(Message("t"), [episode(1.9, [1.0]), episode(0.4, [0.3, 0.5]), episode(1.4, [0.2, 1.0]), episode(0.3, [0.1, 0.4])])
+    per_turn = turn_advantages(group, normalize_std=True, credit="episode")
+    expected = group_advantages(group.rewards, normalize_std=True)
+    assert [len(row) for row in per_turn] == [1, 2, 2, 2]
+    for row, adv in zip(per_turn, expected):
+        assert row == pytest.approx([adv] * len(row))
+    assert sum(row[0] for row in per_turn) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_turn_credit_charges_a_turn_only_with_what_came_after_the_similarity_it_started_from():
+    # Episodes 2-4 reached turn 2; turn 2's return is the total minus the turn-1 similarity.
+    group = Group(Message("t"), [episode(1.9, [1.0]), episode(0.4, [0.3, 0.5]), episode(1.4, [0.2, 1.0]), episode(0.3, [0.1, 0.4])])
+    per_turn = turn_advantages(group, normalize_std=False, credit="turn")
+    mean_total = statistics.fmean(group.rewards)
+    assert [row[0] for row in per_turn] == pytest.approx([r - mean_total for r in group.rewards])  # turn 1: the episode's own
+    returns2 = [0.4 - 0.3, 1.4 - 0.2, 0.3 - 0.1]
+    assert [row[1] for row in per_turn[1:]] == pytest.approx([r - statistics.fmean(returns2) for r in returns2])
+    # The turn that fixed a miss (episode 3) earns the most; a turn that barely helped, the least.
+    assert per_turn[2][1] > 0 > per_turn[3][1]
+
+
+def test_turn_credit_falls_back_to_the_episode_advantage_when_one_episode_reached_a_turn():
+    group = Group(Message("t"), [episode(1.9, [1.0]), episode(0.4, [0.3, 0.5])])
+    per_turn = turn_advantages(group, normalize_std=False, credit="turn")
+    assert per_turn[1] == pytest.approx([0.4 - 1.15, 0.4 - 1.15])
+
+
+def test_drop_failed_drops_whole_groups_and_equal_rewards_teach_nothing():
+    ok = Group(Message("a"), [episode(1.0, [1.0]), episode(0.2, [0.2])])
+    failed = Group(Message("b"), [episode(1.0, [1.0]), episode(0.0, [0.0], failed=True)])
+    flat = Group(Message("c"), [episode(0.5, [0.5]), episode(0.5, [0.5])])
+    kept = drop_failed([ok, failed, flat])
+    assert kept == [ok, flat]
+    per_group, skipped = group_datums(kept, GRPOSettings(), budget=24)
+    assert skipped == 1 and len(per_group) == 1
+    datums = per_group[0]
+    assert len(datums) == 2  # one per turn
+    assert [d.advantages[-1] for d in datums] == pytest.approx([1.0, -1.0], abs=1e-4)  # normalised by the std
+    assert all(a == 0 for d in datums for a, w in zip(d.advantages, d.weights) if not w)  # prompt tokens carry nothing
+
+
+def test_minibatches_hold_whole_groups():
+    per_group = [[f"g{i}d{j}" for j in range(3)] for i in range(5)]
+    parts = split_groups(per_group, 2)
+    assert len(parts) == 2 and sorted(d for p in parts for d in p) == sorted(d for g in per_group for d in g)
+    for part in parts:
+        groups = {d.split("d")[0] for d in part}
+        assert all(sum(d.startswith(g + "d") for d in part) == 3 for g in groups)
+    assert len(split_groups(per_group, 9)) == 5  # never an empty minibatch
+
+
+# --- the keywords judge and the probe's reward ----------------------------------------------
+
+
+def test_keywords_read_emojilib_lists_ignoring_variation_selectors_and_skin_tones():
+    assert "pizza" in keywords("🍕") and "food" in keywords("🍕")
+    assert keywords("🏃🏽") == keywords("🏃") and "runner" in keywords("🏃")
+    assert keywords("🏃‍♀️‍➡️")  # a ZWJ sequence emojilib has
+    assert keywords("☂️") == keywords("☂")
+
+
+def test_keywords_judge_retrieves_by_keywords_and_never_repeats_a_guess():
+    judge = KeywordsJudge(["I love pizza with friends", "It is raining again", "My dog ran away"])
+    assert "pizza" in judge.turn_names("🍕") and "italy" in judge.turn_names("🍕")
+    guesses = judge.guess([JudgeView(["🍕👫"], []), JudgeView(["🌧️☔"], []), JudgeView(["🐕🏃"], ["My dog ran away"])])
+    assert guesses[:2] == ["I love pizza with friends", "It is raining again"]
+    assert guesses[2] != "My dog ran away"
+
+
+def test_keyword_share_reward_counts_animal_emoji():
+    reward = KeywordShareReward("animal")
+    assert reward.share("🐶🐱🍕🎉") == pytest.approx(0.5)
+    assert reward.share("no emoji") == 0.0
+    ep = Episode(target="t", turns=[EpisodeTurn("🐶🐱", True), EpisodeTurn("🍕🐶", True)])
+    assert reward.score([ep])[0]["total"] == pytest.approx(0.75)
+    assert reward.similarity(["a"], ["a"]) == [0.0]
+
+
+# --- the teacher as a sender, and eval targets ------------------------------------------------
+
+
+class ListTeacher:
+    def __init__(self, answers):
+        self.answers, self.asked = answers, []
+
+    def answer(self, messages):
+        self.asked.extend(m.text for m in messages)
+        return [self.answers.get(m.text) for m in messages]
+
+
+def test_teacher_sender_plays_the_teachers_answer_in_the_game():
+    settings = GameSettings(max_turns=2, first_turn="Message: {target}")
+    teacher = ListTeacher({"Let's get pizza tonight": "🍕🌙", "It is raining, take an umbrella": "🌧️☂️"})
+    sender = TeacherSender(teacher, settings)
+    judge = KeywordsJudge(["The dog ate my homework", "Coffee first, then we talk"])
+    targets = [Message("Let's get pizza tonight"), Message("It is raining, take an umbrella")]
+    episodes = play(sender, None, judge, SimilarityReward(), targets, settings=settings)
+    assert [ep.turns[0].emoji for ep in episodes] == ["🍕🌙", "🌧️☂️"]
+    assert all(ep.success and len(ep.turns) == 1 for ep in episodes)
+    assert sorted(teacher.asked) == sorted(t.text for t in targets)  # asked once per target
+    assert sender._target(sender_prompt(settings, "a {b} message", [])) == "a {b} message"
+
+
+def test_read_targets_reads_categories_from_jsonl_and_csv(tmp_path):
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": f"message {i}", "category": "scene"}) + "\n" for i in range(200)))
+    assert len(read_targets(jsonl)) == 200  # every target unless told
+    assert read_targets(jsonl, 3)[2] == Message("message 2", "scene")
+    csv = tmp_path / "t.csv"
+    csv.write_text("text,category\nhello there,social\n\"a, b\",opinion\n")
+    assert read_targets(csv) == [Message("hello there", "social"), Message("a, b", "opinion")]
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("message\tcategory\nhi\tsocial\n")
+    result = CliRunner().invoke(cli, ["eval", "--targets", str(bad), "--checkpoint", "teacher:lexicon", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "bad.tsv:1: expected a header with a text column" in result.output
+
+
+@pytest.mark.slow
+def test_eval_plays_the_teacher_and_every_target_with_the_keywords_judge(tmp_path):
+    targets = tmp_path / "targets.jsonl"
+    texts = ["Let's get pizza tonight", "It is raining, take an umbrella", "Happy birthday, grandma!", "I missed the bus again", "The cat is sleeping on my keyboard"]
+    targets.write_text("".join(json.dumps({"text": t, "category": c}) + "\n" for t, c in zip(texts, "aabbb")))
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(cli, ["eval", "--targets", str(targets), "--checkpoint", "teacher:lexicon", "--judge", "keywords",
+                                      "--set", "game.max_turns=1", "--set", "eval.unmasked=false", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "eval.json").read_text())
+    entry = report["checkpoints"]["teacher:lexicon"]
+    assert report["targets"] == 5 and report["judge"] == "keywords"
+    assert sorted(entry["categories"]) == ["a", "b"] and len(entry["per_target_success"]) == 5
+    assert entry["masked"]["success_rate"] >= 0.4 and entry["masked"]["format_violations"] == 0

@@ -167,12 +167,19 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
 @click.option("--judge", default=None, help="Judge component to use instead of the recipe's.")
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: the recipe's out).")
+@click.option("--human-games", type=click.Path(path_type=Path), default=None, help="A human_games.jsonl from `emojikit serve`: people's success and similarity per checkpoint next to the model judge's (default checkpoints: those people played).")
 @friendly_errors
-def eval_game(recipe_path: Path, checkpoints, targets, judge, overrides, out):
+def eval_game(recipe_path: Path, checkpoints, targets, judge, overrides, out, human_games):
     """The held-out retrieval game for several checkpoints: same targets, judge and seed."""
     from emojikit.recipe import load_recipe
     from emojikit.runs import RunDir
 
+    people = None
+    if human_games is not None:
+        from emojikit.human_games import checkpoints_played, read_games
+
+        people = read_games(human_games)  # a bad file fails before any model loads
+        checkpoints = checkpoints or tuple(c for c in checkpoints_played(people) if c == "base" or Path(c).is_dir())
     extra = list(overrides)
     if checkpoints:
         extra.append("eval.checkpoints=[" + ", ".join(json.dumps(c) for c in checkpoints) + "]")
@@ -187,6 +194,12 @@ def eval_game(recipe_path: Path, checkpoints, targets, judge, overrides, out):
     # Reports are replaced atomically, so re-evaluating into the same directory is safe.
     with RunDir(recipe.out, resume=existing, recipe_toml=recipe.to_toml()) as run_dir:
         recipe.runner()(recipe, run_dir)
+    if people is not None:
+        from emojikit.human_games import write_report
+
+        path, text = write_report(people, recipe.out)
+        click.echo(text)
+        click.echo(f"wrote {path}")
 
 
 @cli.command()
@@ -263,6 +276,26 @@ def chat(checkpoint, recipe_path, backend, decoder, max_emoji, temperature, seed
     from emojikit.interactive import run_chat
 
     run_chat(recipe_path, checkpoint=checkpoint, backend=backend, decoder=decoder, overrides=overrides, max_emoji=max_emoji, temperature=temperature, seed=seed, stream=sys.stdin, echo=click.echo)
+
+
+@cli.command()
+@click.option("--checkpoint", "checkpoints", multiple=True, help='A sender checkpoint directory or "base" (repeatable); the page offers each by a short id, never by path.')
+@click.option("--recipe", "recipe_path", default=None, type=click.Path(path_type=Path), help="A grpo or eval recipe giving the components, [game] and held-out targets (default: recipes/grpo.toml).")
+@click.option("--judge", "judges", multiple=True, help="Judge(s) the page offers for Send and Watch (default: the recipe's).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; anything but loopback prints a warning.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--dir", "serve_dir", type=click.Path(path_type=Path), default=Path("runs/serve"), show_default=True, help="Where human_games.jsonl is appended.")
+@click.option("--runs", "runs_root", type=click.Path(path_type=Path), default=Path("runs"), show_default=True, help="Run directories the Runs mode shows.")
+@click.option("--temperature", default=0.7, show_default=True, help="Sender temperature.")
+@friendly_errors
+def serve(checkpoints, recipe_path, judges, host, port, serve_dir, runs_root, temperature):
+    """The game in a web page: guess a model's emoji, send your own, watch, browse runs."""
+    from emojikit.web.app import serve as run_server
+
+    run_server(
+        recipe_path=recipe_path, checkpoints=list(checkpoints) or ["base"], judges=list(judges), serve_dir=serve_dir,
+        runs_root=runs_root, host=host, port=port, temperature=temperature, echo=click.echo, warn=lambda m: click.echo(m, err=True),
+    )
 
 
 @cli.command("inspect")

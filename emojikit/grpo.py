@@ -299,7 +299,7 @@ def run(recipe, run_dir) -> None:
     if heldout:
         evaluate(0)
 
-    stop_hint = f"resume with: emojikit run {recipe.path} --resume"
+    stop_hint = recipe.resume_hint()  # repeats the --set values, so it works as printed
     failed_steps = 0  # consecutive steps in which every group was dropped
     with graceful_stop() as stop:
         bar = tqdm(range(start, g.steps), initial=start, total=g.steps, desc="grpo", unit="step")
@@ -379,3 +379,14 @@ def before_after_table(before: dict, after: dict) -> str:
     for label, row in (("before", before), ("after", after)):
         lines.append(f"| {label} | {row['success_rate']:.3f} | {row['similarity']:.3f} | {row['mean_turns']:.2f} | {row['format_violations']:.3f} |")
     return "\n".join(lines) + "\n"
+
+
+def preflight(recipe) -> None:
+    """What run() would reject, before a run directory is made: a token budget too small for
+    the decoder's shortest answer (every answer would be empty)."""
+    from emojikit.errors import ConfigError
+    from emojikit.preflight import token_budget_problem
+
+    problem = token_budget_problem(recipe, recipe.settings["game"].max_new_tokens, "[game] max_new_tokens")
+    if problem:
+        raise ConfigError(f"{recipe.path}: {problem}")

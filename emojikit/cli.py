@@ -84,17 +84,23 @@ def cli():
 @cli.command()
 @click.argument("recipe", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
-@click.option("--resume", is_flag=True, help="Continue the run in the recipe's run directory from its last checkpoint.")
+@click.option("--resume", is_flag=True, help="Continue RECIPE's run directory (its out) from its last checkpoint, whatever its stage.json says; an interrupted stage of an unchanged recipe resumes without it.")
+@click.option("--no-upstream", is_flag=True, help="Run only RECIPE; the recipes it names ([sft] data, [grpo] start_from) must have finished runs.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (stage, reuse/resume/run/skip, why) and exit.")
 @friendly_errors
-def run(recipe: Path, overrides: tuple[str, ...], resume: bool):
-    """Validate RECIPE, then run it (data, sft, grpo or eval)."""
-    from emojikit.recipe import load_recipe
-    from emojikit.runs import RunDir
+def run(recipe: Path, overrides: tuple[str, ...], resume: bool, no_upstream: bool, dry_run: bool):
+    """Validate RECIPE and the recipes it names, then run what is missing (data, sft, grpo or eval).
 
-    loaded = load_recipe(recipe, list(overrides))
-    runner = loaded.runner()  # imported before the run directory is touched
-    with RunDir(loaded.out, resume=resume, recipe_toml=loaded.to_toml()) as run_dir:
-        runner(loaded, run_dir)
+    Each stage runs in its own run directory; a finished run of the same recipe and inputs is
+    reused, an interrupted one resumed, a changed recipe runs into a new directory."""
+    from emojikit import pipeline
+
+    stages = pipeline.plan(recipe, list(overrides), resume=resume, no_upstream=no_upstream)
+    if dry_run:
+        for line in pipeline.describe(stages):
+            click.echo(line)
+        return
+    pipeline.execute(stages, echo=click.echo)
 
 
 @cli.command()

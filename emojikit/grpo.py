@@ -43,7 +43,11 @@ class GRPOSettings(ConfigModel):
         "similarity gain onward, baselined against the group's episodes that reached turn k.",
     )
     normalize_std: bool = Field(True, description="Divide advantages by the group's reward std.")
-    start_from: str = Field("auto", description='"auto" (the sft_run checkpoint if present, else base), "base", or a checkpoint path.')
+    start_from: str = Field(
+        "auto",
+        description='A recipe whose run gives the start checkpoint (e.g. recipes/sft.toml; emojikit run runs it first when missing or stale), '
+        '"auto" (the sft_run checkpoint if present, else base), "base", or a checkpoint path.',
+    )
     sft_run: Path = Field(Path("runs/sft"), description="Run directory whose latest checkpoint start_from=auto uses.")
     heldout_file: Optional[Path] = Field(
         None, description="Held-out targets (JSONL with a text field, or one per line); default: the first eval_targets of the prompt source."
@@ -57,11 +61,17 @@ class GRPOSettings(ConfigModel):
     max_failed_steps: int = Field(
         3, ge=1, description="Stop (with a checkpoint) after this many steps in a row in which the judge failed on every group."
     )
+    compare: bool = Field(
+        False, description="At the end, play the held-out targets with base, the start checkpoint, the final one and the teacher side by side (comparison.md/.json/.png)."
+    )
 
     @field_validator("start_from")
     @classmethod
     def _start_exists(cls, value: str) -> str:
-        if value not in ("auto", "base") and "://" not in value and not Path(value).is_dir():
+        if value.endswith(".toml"):
+            if not Path(value).is_file():
+                raise ValueError(f"{value}: recipe file not found")
+        elif value not in ("auto", "base") and "://" not in value and not Path(value).is_dir():
             raise ValueError(f'{value} is not a checkpoint directory (or use "auto" or "base")')
         return value
 
@@ -207,6 +217,10 @@ def train(policy, per_group: list[list], g: GRPOSettings, *, decoder) -> dict:
 def resolve_start(settings: GRPOSettings) -> Optional[str]:
     if settings.start_from == "base":
         return None
+    if settings.start_from.endswith(".toml"):  # emojikit.pipeline replaces it with that run's checkpoint
+        from emojikit.errors import ConfigError
+
+        raise ConfigError(f"[grpo] start_from: {settings.start_from} is a recipe; emojikit run resolves it to that run's checkpoint")
     if settings.start_from != "auto":
         return settings.start_from
     checkpoints = settings.sft_run / "checkpoints"
@@ -356,6 +370,10 @@ def run(recipe, run_dir) -> None:
         atomic_write_text(run_dir.file("before_after.md"), table)
         print(table)
     print(f"final adapter: {run_dir.checkpoint_path(g.steps)}")
+    if g.compare:
+        from emojikit.comparison import write_comparison
+
+        write_comparison(recipe, run_dir, start_ref, str(run_dir.checkpoint_path(g.steps)))
 
 
 def step_statistics(groups: list[Group], kept: list[Group], play_seconds: float) -> dict:

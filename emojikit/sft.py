@@ -23,6 +23,9 @@ MAKE_DATA = "emojikit run recipes/data.toml"
 
 
 class SFTSettings(ConfigModel):
+    data: Optional[Path] = Field(
+        None, description="The data recipe that makes train_file and test_file (e.g. recipes/data.toml): emojikit run runs it first when its run is missing or stale; a plain train_file/test_file still wins."
+    )
     train_file: Path = Field(Path("runs/data/sft_train.jsonl"), description="Chat-format JSONL made by a data recipe.")
     test_file: Path = Field(Path("runs/data/sft_test.jsonl"), description="Held-out chat-format JSONL (eval NLL, final report).")
     max_train_examples: Optional[int] = Field(None, ge=1, description="Use only the first N training examples.")
@@ -50,6 +53,12 @@ class SFTSettings(ConfigModel):
         load_chats(path)  # a bad line fails here, naming file:line, before a run directory is made
         return path
 
+    @field_validator("data")
+    @classmethod
+    def _recipe_exists(cls, path: Optional[Path]) -> Optional[Path]:
+        if path is not None and (path.suffix != ".toml" or not path.is_file()):
+            raise ValueError(f"{path} is not a recipe file (a data recipe such as recipes/data.toml)")
+        return path
 
 def chat_problem(messages) -> Optional[str]:
     """Why `messages` is not a chat SFT can train on (None when it is): an optional system

@@ -1,7 +1,10 @@
 """The component spec every hook returns, and the interfaces of the six component kinds.
 
 Interfaces are Protocols so plugins need not inherit from anything; the training loops and
-the game speak only to these.
+the game speak only to these. Optional capabilities are Protocols of their own
+(`CandidatePool`, `SuccessThreshold`), read only through the helpers below them, so a
+component that implements just the required methods still plays. docs/plugins.md is the
+whole contract.
 """
 
 from __future__ import annotations
@@ -15,11 +18,17 @@ from pydantic import BaseModel
 
 @dataclass(frozen=True)
 class BuildContext:
-    """What a factory may know about the run it is built for."""
+    """What a factory may know about the run it is built for.
+
+    `registry` is the plugin registry the component was looked up in; a factory that needs
+    another component builds it with `emojikit.build_component(kind, name, settings, ctx)`,
+    which uses it. None means the default registry.
+    """
 
     seed: int = 0
     run_dir: Optional[Path] = None
     recipe_path: Optional[Path] = None
+    registry: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -28,7 +37,9 @@ class Component:
 
     `factory(config, ctx)` builds the component; heavy imports (torch, SDKs) belong inside it
     so listing plugins stays fast. `preflight(config, ctx)` runs during recipe validation,
-    before any model loads or network call: check files exist and API keys are set there.
+    before any model loads or network call: check files exist there. `needs_key` names the
+    environment variable of an API key the component needs (e.g. "ANTHROPIC_API_KEY"): the
+    core checks it before the preflight and scrubs its value from error messages.
     """
 
     name: str
@@ -36,6 +47,7 @@ class Component:
     config: type[BaseModel]
     factory: Callable[[Any, BuildContext], Any]
     preflight: Optional[Callable[[Any, BuildContext], None]] = None
+    needs_key: Optional[str] = None
     # Filled by the registry: which plugin and distribution provided the component.
     kind: str = ""
     plugin: str = ""
@@ -77,11 +89,7 @@ class JudgeView:
 
 @runtime_checkable
 class Judge(Protocol):
-    """Reconstructs messages from emoji.
-
-    Optional: `add_candidates(texts: Sequence[str]) -> None`. The game calls it with its
-    targets before play when a judge has it; a retrieval judge adds them to its pool.
-    """
+    """Reconstructs messages from emoji. Optional capability: `CandidatePool`."""
 
     def guess(self, views: Sequence[JudgeView]) -> list[Optional[str]]:
         """One reconstructed message per view (batched); "" where there is nothing to read.
@@ -113,14 +121,48 @@ class Episode:
 
 
 @runtime_checkable
+class CandidatePool(Protocol):
+    """Optional judge capability: the game gives the judge its targets before play (a
+    retrieval judge adds them to the pool it retrieves from)."""
+
+    def add_candidates(self, texts: Sequence[str]) -> None: ...
+
+
+def add_candidates(judge: Judge, texts: Sequence[str]) -> None:
+    """Give a `CandidatePool` judge these texts; other judges need nothing."""
+    if isinstance(judge, CandidatePool):
+        judge.add_candidates(texts)
+
+
+@runtime_checkable
 class Reward(Protocol):
-    success_threshold: float
+    """Scores guesses and finished episodes. Optional capability: `SuccessThreshold`."""
 
     def similarity(self, targets: Sequence[str], guesses: Sequence[str]) -> list[float]:
         """Similarity in [-1, 1] for each (target, guess) pair, batched."""
 
     def score(self, episodes: Sequence[Episode]) -> list[dict[str, float]]:
         """A breakdown per finished episode; the key "total" is the reward."""
+
+
+DEFAULT_SUCCESS_THRESHOLD = 0.85
+
+
+@runtime_checkable
+class SuccessThreshold(Protocol):
+    """Optional reward capability: the similarity at which a guess ends the episode as a
+    success (DEFAULT_SUCCESS_THRESHOLD for a reward without it)."""
+
+    success_threshold: float
+
+
+def success_threshold(reward: Reward) -> float:
+    return float(reward.success_threshold) if isinstance(reward, SuccessThreshold) else DEFAULT_SUCCESS_THRESHOLD
+
+
+def is_success(reward: Reward, similarity: float) -> bool:
+    """The one place success is decided: the guess is at least the reward's threshold."""
+    return float(similarity) >= success_threshold(reward)
 
 
 # --- decoders --------------------------------------------------------------------------
@@ -143,3 +185,12 @@ class Decoder(Protocol):
 
     def bind(self, tokenizer: Any) -> Any:
         """A `policy.TokenConstraint` for this tokenizer, or None if the decoder masks nothing."""
+
+
+@runtime_checkable
+class BindingReport(Protocol):
+    """Optional decoder capability, used by `emojikit mask`."""
+
+    def binding_report(self, model: str, export: Optional[Path] = None) -> list[tuple[str, str]]:
+        """(label, value) rows describing the decoder bound to MODEL's tokenizer; `export`
+        writes its per-state masks to that file."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from types import UnionType
+from typing import Annotated, Any, Literal, Sequence, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
@@ -22,17 +23,6 @@ def _must_exist(path: Path) -> Path:
 
 # A path the recipe reads: checked during validation, before any model loads.
 ExistingPath = Annotated[Path, AfterValidator(_must_exist)]
-
-
-def _must_be_file(path: Path) -> Path:
-    _must_exist(path)
-    if Path(path).is_dir():
-        raise ValueError(f"{path} is a directory, expected a file")
-    return path
-
-
-# A file the recipe reads (not a directory): checked during validation.
-ExistingFile = Annotated[Path, AfterValidator(_must_be_file)]
 
 
 # --- types as a person writes them (`emojikit describe`) ------------------------------------

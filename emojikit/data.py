@@ -24,10 +24,10 @@ from emojikit import emojis
 from emojikit.components import Message
 from emojikit.config import ConfigModel
 from emojikit.errors import ConfigError
+from emojikit.format import DEFAULT_FORMAT
 from emojikit.io import atomic_write_jsonl, atomic_write_text
 
-# Short on purpose: every SFT example and every game turn pays for these tokens on CPU.
-SYSTEM_PROMPT = "Reply with 2-8 emoji only."
+SYSTEM_PROMPT = DEFAULT_FORMAT.system_prompt  # "Reply with 2-8 emoji only."
 FILTER_TABLES = ("judge", "reward", "backend")
 PROGRESS_FILE = "teacher_progress.jsonl"
 FILTER_BATCH = 64  # candidates per batched game in the communicability filter
@@ -72,21 +72,6 @@ def check_filter(recipe, settings: DataSettings) -> None:
         raise ConfigError(
             f"{recipe.path}: [data] filter_threshold: the communicability filter plays sender -> judge -> similarity; "
             f"add the {', '.join(f'[{t}]' for t in missing)} table(s) or remove filter_threshold"
-        )
-
-
-def preflight(recipe) -> None:
-    """What run() would reject, checked before a run directory is made: the filter's tables,
-    and a count the prompt source cannot produce (a source may tell its capacity)."""
-    settings: DataSettings = recipe.settings["data"]
-    check_filter(recipe, settings)
-    source = recipe.build("prompts")
-    capacity = source.capacity() if hasattr(source, "capacity") else None
-    if capacity is not None and settings.count > capacity:
-        name = recipe.components["prompts"].spec.name
-        raise ConfigError(
-            f"{recipe.path}: [data] count: {settings.count} messages asked for, but the {name} prompt source can produce "
-            f"at most {capacity} distinct ones; lower [data] count (or choose a larger source)"
         )
 
 
@@ -184,14 +169,14 @@ def run(recipe, run_dir) -> None:
 
     teacher = recipe.build("teacher", run_dir.path)
     teacher_started = time.monotonic()
-    answers = label(teacher, sft_messages, settings.teacher_batch, run_dir, recipe.resume_hint())
+    answers = label(teacher, sft_messages, settings.teacher_batch, run_dir, f"resume with: emojikit run {recipe.path} --resume")
     teacher_seconds = time.monotonic() - teacher_started
 
     pairs, dropped_none, dropped_invalid = [], 0, 0
     for message, answer in zip(sft_messages, answers):
         if answer is None:
             dropped_none += 1
-        elif not emojis.is_emoji_only(answer, 2, 8):
+        elif not DEFAULT_FORMAT.check(answer):
             dropped_invalid += 1  # a teacher's promise is checked, never trusted
         else:
             pairs.append((message, answer.strip()))

@@ -14,20 +14,21 @@ from pydantic import Field, field_validator
 
 from emojikit import emojis
 from emojikit.config import ConfigModel, ExistingPath
+from emojikit.format import DEFAULT_FORMAT, EmojiFormat, format_of
 from emojikit.io import atomic_write_text
 
 
-def answer_stats(messages: Sequence[str], answers: Sequence[str], lengths: Sequence[int], min_emoji: int = 2, max_emoji: int = 8) -> dict:
-    """Format-compliance and diversity figures for answers to messages."""
+def answer_stats(messages: Sequence[str], answers: Sequence[str], lengths: Sequence[int], fmt: EmojiFormat = DEFAULT_FORMAT) -> dict:
+    """Format-compliance and diversity figures for answers to messages, against `fmt`."""
     from emojikit.metrics import literal_similarity
 
     n = len(answers)
     parsed = [emojis.parse(a) for a in answers]
     emoji_only = [bool(found) and not rest for found, rest in parsed]
-    in_range = [ok and min_emoji <= len(found) <= max_emoji for ok, (found, _) in zip(emoji_only, parsed)]
+    in_range = [ok and fmt.in_range(len(found)) for ok, (found, _) in zip(emoji_only, parsed)]
     counts = collections.Counter(len(found) if ok else -1 for ok, (found, _) in zip(emoji_only, parsed))
     used = collections.Counter(e for ok, (found, _) in zip(in_range, parsed) if ok for e in found)
-    sims = literal_similarity(list(messages), list(answers))
+    sims = literal_similarity(list(messages), list(answers), fmt)
     return {
         "n": n,
         "emoji_only_rate": sum(emoji_only) / max(n, 1),
@@ -48,16 +49,15 @@ def format_report(policy, decoder, prompts: Sequence[list[dict]], *, temperature
 
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
     messages = [p[-1]["content"] for p in prompts]
-    min_e = getattr(decoder, "min_emoji", 2)
-    max_e = getattr(decoder, "max_emoji", 8)
-    report = {"prompts": len(prompts), "temperature": temperature, "max_tokens": max_tokens}
+    fmt = format_of(decoder)
+    report = {"prompts": len(prompts), "temperature": temperature, "max_tokens": max_tokens, "emoji_range": fmt.range_text}
     modes = [("unmasked", None)]
     if decoder is not None and decoder.bind(getattr(policy, "tokenizer", None)) is not None:
         modes.append(("masked", decoder))
     for mode, dec in modes:
         samples = [group[0] for group in policy.sample(prompts, 1, params, dec)]
         answers = [s.text for s in samples]
-        report[mode] = answer_stats(messages, answers, [len(s.tokens) for s in samples], min_e, max_e)
+        report[mode] = answer_stats(messages, answers, [len(s.tokens) for s in samples], fmt)
         report[mode]["examples"] = [{"message": m, "answer": a} for m, a in list(zip(messages, answers))[:10]]
     return report
 
@@ -66,7 +66,7 @@ def format_report_markdown(report: dict, title: str) -> str:
     lines = [f"# {title}", "", f"{report['prompts']} held-out prompts, temperature {report['temperature']}, max {report['max_tokens']} new tokens.", ""]
     modes = [m for m in ("unmasked", "masked") if m in report]
     lines += ["| metric | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
-    for key, label in [("emoji_only_rate", "emoji-only rate"), ("in_range_rate", "2-8 emoji rate"), ("literal_similarity", "literal similarity"), ("distinct_per_100", "distinct emoji / 100 answers"), ("mean_tokens", "mean response tokens"), ("mean_chars", "mean response chars")]:
+    for key, label in [("emoji_only_rate", "emoji-only rate"), ("in_range_rate", f"{report.get('emoji_range', DEFAULT_FORMAT.range_text)} emoji rate"), ("literal_similarity", "literal similarity"), ("distinct_per_100", "distinct emoji / 100 answers"), ("mean_tokens", "mean response tokens"), ("mean_chars", "mean response chars")]:
         lines.append(f"| {label} | " + " | ".join(f"{report[m][key]:.3f}" for m in modes) + " |")
     for m in modes:
         lines += ["", f"## {m}", "", "count distribution: " + ", ".join(f"{k}: {v}" for k, v in report[m]["count_distribution"].items())]
@@ -135,7 +135,7 @@ def read_targets(path: Path, limit: int):
 
 
 def game_metrics(episodes) -> dict:
-    from emojikit.grpo import summarize
+    from emojikit.metrics import summarize
 
     used = {e for ep in episodes for t in ep.turns if t.valid for e in emojis.split(t.emoji)}
     return {**summarize(episodes), "distinct_emoji": len(used), "episodes": len(episodes)}

@@ -3,7 +3,7 @@
 An episode has a target message. Each turn the sender (a Policy under a decoder) answers
 with emoji; the judge, seeing every emoji turn so far and its own earlier guesses, guesses
 the message; the reward scores guess against target. The episode ends when the similarity
-reaches `reward.success_threshold` or after `max_turns`. After a miss the sender sees the
+reaches the reward's success threshold (`components.is_success`) or after `max_turns`. After a miss the sender sees the
 guess in the next user turn and sends more emoji to correct it.
 
 Play is batched per turn: every live episode's sender prompt goes into ONE `policy.sample`
@@ -22,20 +22,16 @@ from typing import Any, Callable, Optional, Sequence
 from pydantic import Field, field_validator
 
 from emojikit import emojis
-from emojikit.components import Episode, EpisodeTurn, JudgeView, Message
+from emojikit.components import Decoder, Episode, EpisodeTurn, Judge, JudgeView, Message, Reward, add_candidates, is_success
 from emojikit.config import ConfigModel
-from emojikit.data import SYSTEM_PROMPT as SFT_SYSTEM_PROMPT
-from emojikit.policy import ChatMessages, SamplingParams
+from emojikit.format import DEFAULT_FORMAT, EmojiFormat, format_of
+from emojikit.policy import ChatMessages, Policy, SamplingParams
 
 # The first turn is exactly an SFT example (same system prompt, the bare message), so a
 # sender fine-tuned by recipes/sft.toml starts GRPO on the distribution it was trained on.
-DEFAULT_SYSTEM = SFT_SYSTEM_PROMPT
+DEFAULT_SYSTEM = DEFAULT_FORMAT.system_prompt
 DEFAULT_FIRST_TURN = "{target}"
-DEFAULT_FOLLOW_UP = (
-    'The guesser read your emoji as: "{guess}"\n'
-    "The message is still: {target}\n"
-    "Send 2-8 more emoji to correct the guess."
-)
+DEFAULT_FOLLOW_UP = DEFAULT_FORMAT.follow_up
 
 # Placeholders each template must contain, and those it may contain.
 _TEMPLATE_FIELDS = {
@@ -77,16 +73,21 @@ class GameSettings(ConfigModel):
         return value
 
 
-def sender_prompt(settings: GameSettings, target: str, turns: Sequence[EpisodeTurn]) -> ChatMessages:
+def sender_prompt(settings: GameSettings, target: str, turns: Sequence[EpisodeTurn], fmt: EmojiFormat = DEFAULT_FORMAT) -> ChatMessages:
     """The sender's conversation before its next turn: its earlier emoji as assistant turns,
-    each judge guess in the following user turn (which restates the target)."""
+    each judge guess in the following user turn (which restates the target).
+
+    The system prompt and follow-up a recipe does not set are the format's (the decoder's
+    limits), so a sender asked for 2-4 emoji is told 2-4."""
+    system = settings.system_prompt if "system_prompt" in settings.model_fields_set else fmt.system_prompt
+    follow_up = settings.follow_up if "follow_up" in settings.model_fields_set else fmt.follow_up
     messages: ChatMessages = []
-    if settings.system_prompt:
-        messages.append({"role": "system", "content": settings.system_prompt})
+    if system:
+        messages.append({"role": "system", "content": system})
     messages.append({"role": "user", "content": settings.first_turn.format(target=target)})
     for number, turn in enumerate(turns, start=1):
         messages.append({"role": "assistant", "content": turn.emoji})
-        follow = settings.follow_up.format(
+        follow = follow_up.format(
             target=target, guess=turn.guess, turn=number + 1, turns_left=settings.max_turns - number
         )
         messages.append({"role": "user", "content": follow})
@@ -102,9 +103,9 @@ def judge_view(episode: Episode) -> JudgeView:
     )
 
 
-def _format_ok(decoder: Any, text: str) -> bool:
+def _format_ok(decoder: Any, fmt: EmojiFormat, text: str) -> bool:
     if decoder is None:
-        return emojis.is_emoji_only(text, 2, 8)
+        return fmt.check(text)
     return bool(decoder.check(text).valid)
 
 
@@ -112,10 +113,10 @@ TurnCallback = Callable[[int, list[Episode]], None]
 
 
 def play(
-    policy: Any,
-    decoder: Any,
-    judge: Any,
-    reward: Any,
+    policy: Policy,
+    decoder: Optional[Decoder],
+    judge: Judge,
+    reward: Reward,
     targets: Sequence[Message],
     *,
     settings: Optional[GameSettings] = None,
@@ -131,14 +132,15 @@ def play(
     `sampling.max_tokens` is replaced by `settings.max_new_tokens`; a set seed is offset
     per turn so turns do not repeat each other's randomness. `on_turn(turn_number,
     episodes_played_this_turn)` is called after each turn (the watch mode prints there).
-    A judge with `add_candidates` (the retrieval judge) is given the targets first.
+    A `CandidatePool` judge (the retrieval judge) is given the targets first; success is
+    `components.is_success` (the reward's threshold, or the default one).
     """
     settings = settings or GameSettings()
     if group_size < 1:
         raise ValueError("group_size must be at least 1")
     episodes = [Episode(target=m.text, category=m.category) for m in targets for _ in range(group_size)]
-    if hasattr(judge, "add_candidates"):
-        judge.add_candidates(list(dict.fromkeys(m.text for m in targets)))
+    add_candidates(judge, list(dict.fromkeys(m.text for m in targets)))
+    fmt = format_of(decoder)
 
     live = list(episodes)
     for turn_index in range(settings.max_turns):
@@ -146,12 +148,12 @@ def play(
             break
         seed = None if sampling.seed is None else sampling.seed + turn_index
         params = dataclasses.replace(sampling, max_tokens=settings.max_new_tokens, seed=seed)
-        prompts = [sender_prompt(settings, ep.target, ep.turns) for ep in live]
+        prompts = [sender_prompt(settings, ep.target, ep.turns, fmt) for ep in live]
         samples = policy.sample(prompts, 1, params, decoder)
         if len(samples) != len(live):
             raise RuntimeError(f"policy.sample returned {len(samples)} sample lists for {len(live)} prompts")
         for ep, (sample, *_) in zip(live, samples):
-            ep.turns.append(EpisodeTurn(emoji=sample.text, valid=_format_ok(decoder, sample.text), sample=sample))
+            ep.turns.append(EpisodeTurn(emoji=sample.text, valid=_format_ok(decoder, fmt, sample.text), sample=sample))
 
         guesses = judge.guess([judge_view(ep) for ep in live])
         if len(guesses) != len(live):
@@ -164,7 +166,7 @@ def play(
         for (ep, guess), sim in zip(answered, similarities):
             ep.turns[-1].guess = guess
             ep.turns[-1].similarity = float(sim)
-            ep.success = float(sim) >= reward.success_threshold
+            ep.success = is_success(reward, sim)
 
         if on_turn is not None:
             on_turn(turn_index + 1, list(live))
@@ -193,88 +195,3 @@ def episode_to_json(ep: Episode) -> dict:
         "reward": {k: round(float(v), 4) for k, v in ep.reward.items()},
         "turns": turns,
     }
-
-
-# --- watch mode (`emojikit play`) ------------------------------------------------------------
-
-WATCH_DEFAULTS = {"backend": "local", "decoder": "emoji-mask", "judge": "retrieval", "reward": "similarity", "prompts": "generated"}
-
-
-def _watch_components(recipe_path, choices: dict[str, Optional[str]], overrides: list[str], max_turns: Optional[int], seed: int):
-    """(components by table, game settings): from the recipe when there is one, with --judge
-    etc. replacing whole tables; otherwise every component from the registry with its defaults."""
-    import json
-
-    from emojikit.components import BuildContext
-    from emojikit.errors import ConfigError
-    from emojikit.recipe import COMPONENT_TABLES, load_recipe
-    from emojikit.registry import get_registry
-
-    if recipe_path is not None:
-        extra = list(overrides) + [f"{t}={{ use = {json.dumps(n)} }}" for t, n in choices.items() if n]
-        if max_turns is not None:
-            extra.append(f"game.max_turns={max_turns}")
-        recipe = load_recipe(recipe_path, extra)
-        if "game" not in recipe.settings:
-            raise ConfigError(f"{recipe_path}: a {recipe.kind} recipe has no game; use a grpo or eval recipe")
-        built = {t: recipe.build(t) if recipe.has(t) else None for t in WATCH_DEFAULTS}
-        return built, recipe.settings["game"]
-    if overrides:
-        raise ConfigError("--set needs a recipe (--recipe PATH)")
-    registry, ctx, built = get_registry(), BuildContext(seed=seed), {}
-    for table, default in WATCH_DEFAULTS.items():
-        spec = registry.get(COMPONENT_TABLES[table], choices.get(table) or default)
-        config = spec.config()
-        if spec.preflight is not None:
-            spec.preflight(config, ctx)
-        built[table] = spec.factory(config, ctx)
-    return built, GameSettings(**({"max_turns": max_turns} if max_turns is not None else {}))
-
-
-def watch(
-    recipe_path=None,
-    *,
-    message: Optional[str] = None,
-    checkpoint: Optional[str] = None,
-    choices: Optional[dict[str, Optional[str]]] = None,
-    overrides: Sequence[str] = (),
-    max_turns: Optional[int] = None,
-    temperature: float = 0.7,
-    seed: Optional[int] = None,
-    echo: Callable[[str], None] = print,
-) -> Episode:
-    """Play one message with the sender and the judge, printing each turn as it happens."""
-    import random
-
-    seed = random.randrange(2**31) if seed is None else seed
-    parts, settings = _watch_components(recipe_path, dict(choices or {}), list(overrides), max_turns, seed)
-    policy = parts["backend"]
-    if checkpoint:
-        policy.load(str(checkpoint), with_optimizer=False)
-    if message is None:
-        if parts["prompts"] is None:
-            from emojikit.errors import ConfigError
-
-            raise ConfigError("no prompt source to draw a message from: pass --message TEXT")
-        pool = list(parts["prompts"].messages(512))
-        target = random.Random(seed).choice(pool)
-    else:
-        target = Message(message, "cli")
-
-    echo(f"message  {target.text}")
-
-    def show(turn_number: int, episodes: list[Episode]) -> None:
-        t = episodes[0].turns[-1]
-        mark = "" if t.valid else "  (not valid emoji)"
-        echo(f"turn {turn_number}   sender  {t.emoji}{mark}")
-        verdict = "  -> success" if episodes[0].success else ""
-        echo(f'         judge   "{t.guess}"  similarity {t.similarity:.3f}{verdict}')
-
-    (episode,) = play(
-        policy, parts["decoder"], parts["judge"], parts["reward"], [target],
-        settings=settings, sampling=SamplingParams(temperature=temperature, seed=seed), on_turn=show,
-    )
-    outcome = f"success on turn {len(episode.turns)}" if episode.success else f"no success in {len(episode.turns)} turns"
-    details = ", ".join(f"{k} {v:.3f}" for k, v in episode.reward.items() if k != "total")
-    echo(f"result   {outcome}; reward {episode.reward.get('total', 0.0):.3f} ({details})")
-    return episode

@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 
 from emojikit.components import Episode, Message
 from emojikit.config import ConfigModel
+from emojikit.metrics import summarize  # noqa: F401 - the game figures every loop reports
 
 EPISODES_FILE = "episodes.jsonl"
 METRICS_FILE = "metrics.jsonl"
@@ -43,11 +44,7 @@ class GRPOSettings(ConfigModel):
         "similarity gain onward, baselined against the group's episodes that reached turn k.",
     )
     normalize_std: bool = Field(True, description="Divide advantages by the group's reward std.")
-    start_from: str = Field(
-        "auto",
-        description='A recipe whose run gives the start checkpoint (e.g. recipes/sft.toml; emojikit run runs it first when missing or stale), '
-        '"auto" (the sft_run checkpoint if present, else base), "base", or a checkpoint path.',
-    )
+    start_from: str = Field("auto", description='"auto" (the sft_run checkpoint if present, else base), "base", or a checkpoint path.')
     sft_run: Path = Field(Path("runs/sft"), description="Run directory whose latest checkpoint start_from=auto uses.")
     heldout_file: Optional[Path] = Field(
         None, description="Held-out targets (JSONL with a text field, or one per line); default: the first eval_targets of the prompt source."
@@ -61,17 +58,11 @@ class GRPOSettings(ConfigModel):
     max_failed_steps: int = Field(
         3, ge=1, description="Stop (with a checkpoint) after this many steps in a row in which the judge failed on every group."
     )
-    compare: bool = Field(
-        False, description="At the end, play the held-out targets with base, the start checkpoint, the final one and the teacher side by side (comparison.md/.json/.png)."
-    )
 
     @field_validator("start_from")
     @classmethod
     def _start_exists(cls, value: str) -> str:
-        if value.endswith(".toml"):
-            if not Path(value).is_file():
-                raise ValueError(f"{value}: recipe file not found")
-        elif value not in ("auto", "base") and "://" not in value and not Path(value).is_dir():
+        if value not in ("auto", "base") and "://" not in value and not Path(value).is_dir():
             raise ValueError(f'{value} is not a checkpoint directory (or use "auto" or "base")')
         return value
 
@@ -217,26 +208,11 @@ def train(policy, per_group: list[list], g: GRPOSettings, *, decoder) -> dict:
 def resolve_start(settings: GRPOSettings) -> Optional[str]:
     if settings.start_from == "base":
         return None
-    if settings.start_from.endswith(".toml"):  # emojikit.pipeline replaces it with that run's checkpoint
-        from emojikit.errors import ConfigError
-
-        raise ConfigError(f"[grpo] start_from: {settings.start_from} is a recipe; emojikit run resolves it to that run's checkpoint")
     if settings.start_from != "auto":
         return settings.start_from
     checkpoints = settings.sft_run / "checkpoints"
     steps = sorted((int(p.name[5:]), p) for p in checkpoints.glob("step_*") if p.name[5:].isdigit()) if checkpoints.exists() else []
     return str(steps[-1][1]) if steps else None
-
-
-def summarize(episodes) -> dict:
-    n = max(len(episodes), 1)
-    turns = [t for ep in episodes for t in ep.turns]
-    return {
-        "success_rate": sum(ep.success for ep in episodes) / n,
-        "similarity": sum(ep.turns[-1].similarity for ep in episodes if ep.turns) / n,
-        "mean_turns": sum(len(ep.turns) for ep in episodes) / n,
-        "format_violations": sum(not t.valid for t in turns) / max(len(turns), 1),
-    }
 
 
 def evaluate_game(policy, decoder, judge, reward, targets, game_settings, temperature: float, seed: int) -> dict:
@@ -313,7 +289,7 @@ def run(recipe, run_dir) -> None:
     if heldout:
         evaluate(0)
 
-    stop_hint = recipe.resume_hint()  # repeats the --set values, so it works as printed
+    stop_hint = f"resume with: emojikit run {recipe.path} --resume"
     failed_steps = 0  # consecutive steps in which every group was dropped
     with graceful_stop() as stop:
         bar = tqdm(range(start, g.steps), initial=start, total=g.steps, desc="grpo", unit="step")
@@ -370,10 +346,6 @@ def run(recipe, run_dir) -> None:
         atomic_write_text(run_dir.file("before_after.md"), table)
         print(table)
     print(f"final adapter: {run_dir.checkpoint_path(g.steps)}")
-    if g.compare:
-        from emojikit.comparison import write_comparison
-
-        write_comparison(recipe, run_dir, start_ref, str(run_dir.checkpoint_path(g.steps)))
 
 
 def step_statistics(groups: list[Group], kept: list[Group], play_seconds: float) -> dict:
@@ -397,14 +369,3 @@ def before_after_table(before: dict, after: dict) -> str:
     for label, row in (("before", before), ("after", after)):
         lines.append(f"| {label} | {row['success_rate']:.3f} | {row['similarity']:.3f} | {row['mean_turns']:.2f} | {row['format_violations']:.3f} |")
     return "\n".join(lines) + "\n"
-
-
-def preflight(recipe) -> None:
-    """What run() would reject, before a run directory is made: a token budget too small for
-    the decoder's shortest answer (every answer would be empty)."""
-    from emojikit.errors import ConfigError
-    from emojikit.preflight import token_budget_problem
-
-    problem = token_budget_problem(recipe, recipe.settings["game"].max_new_tokens, "[game] max_new_tokens")
-    if problem:
-        raise ConfigError(f"{recipe.path}: {problem}")

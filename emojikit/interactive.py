@@ -1,4 +1,4 @@
-"""Talking to the sender by hand: `emojikit chat` and `emojikit play --human`.
+"""Talking to the sender by hand: `emojikit chat`, `emojikit play` and `emojikit play --human`.
 
 Both read one line at a time from a text stream (a terminal or a pipe; EOF ends the
 session) and answer through the decoder, so every reply is emoji. Components come from a
@@ -11,14 +11,21 @@ from __future__ import annotations
 import dataclasses
 import random
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence, TextIO
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 
-from emojikit.components import Episode, EpisodeTurn, Message
-from emojikit.errors import ConfigError, InputFileError
-from emojikit.game import GameSettings, sender_prompt
+from pydantic import ValidationError
+
+from emojikit.assembly import COMPONENT_TABLES, ComponentChoice, choose, construct, context, format_validation, preflight
+from emojikit.components import BuildContext, Episode, EpisodeTurn, Message, is_success, success_threshold
+from emojikit.errors import ConfigError, EmojikitError, InputFileError
+from emojikit.format import format_of
+from emojikit.game import GameSettings, play, sender_prompt
 from emojikit.policy import ChatMessages, SamplingParams
+from emojikit.recipe import read_toml, resolve_data
+from emojikit.registry import Registry
 
-DEFAULTS = {"backend": "local", "decoder": "emoji-mask", "reward": "similarity", "prompts": "generated"}
+# The component each table gets when neither the recipe nor a flag names one.
+DEFAULTS = {"backend": "local", "decoder": "emoji-mask", "judge": "retrieval", "reward": "similarity", "prompts": "generated"}
 HISTORY_EXCHANGES = 4  # chat: earlier (message, emoji) pairs the sender still sees
 
 Echo = Callable[[str], None]
@@ -30,67 +37,71 @@ class Parts:
 
     components: dict[str, Any]
     game: GameSettings
+    choices: dict[str, ComponentChoice] = dataclasses.field(default_factory=dict)  # what each was built from
 
     def __getitem__(self, table: str) -> Any:
         return self.components[table]
-
-
-def _validated(spec, data: dict, label: str):
-    from pydantic import ValidationError
-
-    try:
-        return spec.config.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{label}: {problems}") from None
 
 
 def build_parts(
     recipe_path: Optional[Path],
     tables: Sequence[str],
     *,
-    choices: Optional[dict[str, Optional[str]]] = None,
+    choices: Optional[Mapping[str, Optional[str]]] = None,
     overrides: Sequence[str] = (),
-    settings: Optional[dict[str, dict]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
     seed: int = 0,
+    needs_game: bool = False,
+    registry: Optional[Registry] = None,
 ) -> Parts:
-    """Build the components of `tables`.
+    """Build the components of `tables` (and the [game] settings) through the assembly seam.
 
-    A `choices` entry (e.g. --decoder none) selects that component with its default config,
-    replacing the recipe's table; otherwise the recipe's table is used, and a table the
-    recipe lacks gets the registry default (DEFAULTS). `settings[table]` changes single
-    config fields after that (e.g. the decoder's max_emoji), validated by the component.
+    Each table is the recipe's when there is a recipe with that table, else the registry
+    default (DEFAULTS). Then, as for `emojikit run` (recipe.resolve_data): a `choices` entry
+    (e.g. --judge claude) replaces the whole table, the `--set` overrides apply, and
+    `settings` from other flags (e.g. {"decoder": {"max_emoji": 4}}) are merged. Only the
+    tables used here are validated and preflighted, so a key another table needs does not
+    stop `chat`. The build seed is the recipe's `seed` (or `seed` without a recipe).
     """
-    from emojikit.components import BuildContext
-    from emojikit.recipe import COMPONENT_TABLES, load_recipe
-    from emojikit.registry import get_registry
-
-    choices, settings = dict(choices or {}), dict(settings or {})
-    recipe = None
-    if recipe_path is not None:
-        recipe = load_recipe(recipe_path, list(overrides))
-    elif overrides:
-        raise ConfigError("--set needs a recipe (--recipe PATH)")
-    registry = get_registry()
-    ctx = BuildContext(seed=recipe.seed if recipe else seed, recipe_path=recipe.path if recipe else None)
-    built: dict[str, Any] = {}
+    raw = read_toml(Path(recipe_path)) if recipe_path is not None else {}
+    where = f"{recipe_path}: " if recipe_path is not None else ""
+    if needs_game and recipe_path is not None and raw.get("kind") not in ("grpo", "eval"):
+        raise ConfigError(f"{where}a {raw.get('kind')} recipe has no game; use a grpo or eval recipe")
+    data: dict[str, Any] = {"seed": raw.get("seed", 0) if recipe_path is not None else seed}
     for table in tables:
-        if choices.get(table) or recipe is None or not recipe.has(table):
-            spec = registry.get(COMPONENT_TABLES[table], choices.get(table) or DEFAULTS[table])
-            data: dict = {}
-        else:
-            choice = recipe.components[table]
-            spec, data = choice.spec, choice.config.model_dump()
-        label = f"[{table}] {spec.name}"
-        for key in settings.get(table, {}):
-            if key not in spec.config.model_fields:
-                raise ConfigError(f"{label}: has no {key} setting")
-        config = _validated(spec, {**data, **settings.get(table, {})}, label)
-        if spec.preflight is not None:
-            spec.preflight(config, ctx)
-        built[table] = spec.factory(config, ctx)
-    game = recipe.settings.get("game") if recipe else None
-    return Parts(built, game or GameSettings())
+        data[table] = raw[table] if isinstance(raw.get(table), dict) else {"use": DEFAULTS[table]}
+    data["game"] = raw.get("game", {}) if isinstance(raw.get("game", {}), dict) else {}
+    data = resolve_data(data, overrides, choices=choices, settings=settings)
+
+    errors = [f"[{key}]: not used here; tables: {', '.join(list(tables) + ['game'])}" for key in data if key not in (*tables, "game", "seed")]
+    build_seed = data["seed"]
+    if not isinstance(build_seed, int) or isinstance(build_seed, bool):
+        errors.append(f"seed: expected an integer, got {build_seed!r}")
+        build_seed = 0
+    ctx = context(BuildContext(seed=build_seed, recipe_path=Path(recipe_path) if recipe_path is not None else None, registry=registry))
+    picked: dict[str, ComponentChoice] = {}
+    for table in tables:
+        body = dict(data[table])
+        use = body.pop("use", None) or DEFAULTS[table]
+        try:
+            picked[table] = choose(COMPONENT_TABLES[table], use, body, ctx, table=table)
+        except EmojikitError as exc:
+            errors.append(str(exc))
+    try:
+        game = GameSettings.model_validate(data["game"])
+    except ValidationError as exc:
+        errors.extend(format_validation("game", GameSettings, exc))
+        game = GameSettings()
+    if errors:
+        raise ConfigError(where + "; ".join(errors))
+    for choice in picked.values():
+        try:
+            preflight(choice, ctx)
+        except EmojikitError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ConfigError(where + "; ".join(errors))
+    return Parts({table: construct(choice, ctx) for table, choice in picked.items()}, game, picked)
 
 
 def default_recipe(recipe_path: Optional[Path]) -> Optional[Path]:
@@ -107,9 +118,6 @@ def check_checkpoint(checkpoint: Optional[str]) -> Optional[str]:
         return None
     if not Path(checkpoint).is_dir():
         raise InputFileError(f"--checkpoint {checkpoint}: not a checkpoint directory (or \"base\")")
-    from emojikit.preflight import check_checkpoint_files
-
-    check_checkpoint_files(checkpoint)  # a damaged file is named before any model loads
     return str(checkpoint)
 
 
@@ -143,13 +151,6 @@ def _is_tty(stream: TextIO) -> bool:
 # --- chat ------------------------------------------------------------------------------------
 
 
-def chat_system_prompt(min_emoji: int, max_emoji: int) -> str:
-    """The SFT system prompt (what a fine-tuned sender has seen), with the decoder's limits."""
-    from emojikit.data import SYSTEM_PROMPT
-
-    return SYSTEM_PROMPT.replace("2 to 8", f"{min_emoji} to {max_emoji}")
-
-
 def chat_messages(system: str, history: Sequence[tuple[str, str]], line: str) -> ChatMessages:
     messages: ChatMessages = [{"role": "system", "content": system}] if system else []
     for said, answered in history[-HISTORY_EXCHANGES:]:
@@ -171,13 +172,14 @@ def chat(
     `/reset` forgets the conversation, `/quit` ends it. Returns the (line, emoji) pairs.
     """
     policy, decoder = parts["backend"], parts["decoder"]
-    lo, hi = getattr(decoder, "min_emoji", 2), getattr(decoder, "max_emoji", 8)
-    system = chat_system_prompt(lo, hi)
+    fmt = format_of(decoder)
+    # The SFT system prompt (what a fine-tuned sender has seen), with the decoder's limits.
+    system = fmt.system_prompt
     # Room for the longest emoji sequences (several tokens each) within the decoder's count.
-    max_tokens = max(parts.game.max_new_tokens, 4 * hi)
+    max_tokens = max(parts.game.max_new_tokens, 4 * fmt.max_emoji)
     interactive = _is_tty(stream) if interactive is None else interactive
     if interactive:
-        echo(f"Chat in emoji ({lo}-{hi} per answer). /reset forgets the conversation, /quit or Ctrl-D ends it.")
+        echo(f"Chat in emoji ({fmt.range_text} per answer). /reset forgets the conversation, /quit or Ctrl-D ends it.")
     history: list[tuple[str, str]] = []
     said: list[tuple[str, str]] = []
     for number, line in enumerate(read_lines(stream, "you> ", interactive)):
@@ -190,7 +192,7 @@ def chat(
         params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=None if seed is None else seed + number)
         ((sample, *_),) = policy.sample([chat_messages(system, history, line)], 1, params, decoder)
         answer = sample.text.strip()
-        ok = decoder.check(answer).valid if decoder is not None else True
+        ok = decoder.check(answer).valid if decoder is not None else fmt.check(answer)
         echo(f"emoji> {answer}" + ("" if ok else "  (not valid emoji)"))
         history.append((line, answer))
         said.append((line, answer))
@@ -232,12 +234,13 @@ def human_play(
     policy, decoder, reward, game = parts["backend"], parts["decoder"], parts["reward"], parts.game
     interactive = _is_tty(stream) if interactive is None else interactive
     episode = Episode(target=target.text, category=target.category)
+    fmt = format_of(decoder)
     guesses = read_lines(stream, "your guess> ", interactive)
-    echo(f"Guess the message from the emoji: {game.max_turns} turns, success at similarity {reward.success_threshold:.2f}.")
+    echo(f"Guess the message from the emoji: {game.max_turns} turns, success at similarity {success_threshold(reward):.2f}.")
     for turn_index in range(game.max_turns):
         params = SamplingParams(max_tokens=game.max_new_tokens, temperature=temperature, seed=None if seed is None else seed + turn_index)
-        ((sample, *_),) = policy.sample([sender_prompt(game, target.text, episode.turns)], 1, params, decoder)
-        valid = decoder.check(sample.text).valid if decoder is not None else True
+        ((sample, *_),) = policy.sample([sender_prompt(game, target.text, episode.turns, fmt)], 1, params, decoder)
+        valid = decoder.check(sample.text).valid if decoder is not None else fmt.check(sample.text)
         echo(f"turn {turn_index + 1}/{game.max_turns}   model  {sample.text}" + ("" if valid else "  (not valid emoji)"))
         guess = next(guesses, None)
         if guess is None:
@@ -245,7 +248,7 @@ def human_play(
             break
         (similarity,) = reward.similarity([target.text], [guess])
         episode.turns.append(EpisodeTurn(emoji=sample.text, valid=valid, guess=guess, similarity=float(similarity), sample=sample))
-        episode.success = float(similarity) >= reward.success_threshold
+        episode.success = is_success(reward, similarity)
         best = max(t.similarity for t in episode.turns)
         verdict = "  -> success!" if episode.success else ""
         echo(f'            you    "{guess}"  similarity {similarity:.3f}  (best {best:.3f}, turn {turn_index + 1} of {game.max_turns}){verdict}')
@@ -312,14 +315,51 @@ def run_human_play(
     --message is given), then let the person guess."""
     check_checkpoint(checkpoint)
     seed = random.randrange(2**31) if seed is None else seed
-    recipe_path = default_recipe(recipe_path)
-    overrides = list(overrides)
     tables = ["backend", "decoder", "reward"] + ([] if message is not None else ["prompts"])
-    if max_turns is not None and recipe_path is not None:
-        overrides.append(f"game.max_turns={max_turns}")
-    parts = build_parts(recipe_path, tables, choices=choices, overrides=overrides, seed=seed)
-    if max_turns is not None and recipe_path is None:
-        parts.game = parts.game.model_copy(update={"max_turns": max_turns})
+    settings = {"game": {"max_turns": max_turns}} if max_turns is not None else {}
+    parts = build_parts(default_recipe(recipe_path), tables, choices=choices, overrides=overrides, settings=settings, seed=seed)
     load_checkpoint(parts["backend"], checkpoint)
     target = pick_target(parts, message, seed)
     return human_play(parts, target, stream, temperature=temperature, seed=seed, echo=echo)
+
+
+# --- watch: `emojikit play` ------------------------------------------------------------------
+
+
+def watch(
+    recipe_path: Optional[Path] = None,
+    *,
+    message: Optional[str] = None,
+    checkpoint: Optional[str] = None,
+    choices: Optional[Mapping[str, Optional[str]]] = None,
+    overrides: Sequence[str] = (),
+    max_turns: Optional[int] = None,
+    temperature: float = 0.7,
+    seed: Optional[int] = None,
+    echo: Echo = print,
+) -> Episode:
+    """Play one message with the sender and the judge, printing each turn as it happens."""
+    check_checkpoint(checkpoint)
+    seed = random.randrange(2**31) if seed is None else seed
+    tables = ["backend", "decoder", "judge", "reward"] + ([] if message is not None else ["prompts"])
+    settings = {"game": {"max_turns": max_turns}} if max_turns is not None else {}
+    parts = build_parts(recipe_path, tables, choices=choices, overrides=overrides, settings=settings, seed=seed, needs_game=True)
+    load_checkpoint(parts["backend"], checkpoint)
+    target = pick_target(parts, message, seed)
+    echo(f"message  {target.text}")
+
+    def show(turn_number: int, episodes: list[Episode]) -> None:
+        t = episodes[0].turns[-1]
+        mark = "" if t.valid else "  (not valid emoji)"
+        echo(f"turn {turn_number}   sender  {t.emoji}{mark}")
+        verdict = "  -> success" if episodes[0].success else ""
+        echo(f'         judge   "{t.guess}"  similarity {t.similarity:.3f}{verdict}')
+
+    (episode,) = play(
+        parts["backend"], parts["decoder"], parts["judge"], parts["reward"], [target],
+        settings=parts.game, sampling=SamplingParams(temperature=temperature, seed=seed), on_turn=show,
+    )
+    outcome = f"success on turn {len(episode.turns)}" if episode.success else f"no success in {len(episode.turns)} turns"
+    details = ", ".join(f"{k} {v:.3f}" for k, v in episode.reward.items() if k != "total")
+    echo(f"result   {outcome}; reward {episode.reward.get('total', 0.0):.3f} ({details})")
+    return episode

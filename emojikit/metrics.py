@@ -5,19 +5,18 @@ from __future__ import annotations
 from typing import Sequence
 
 from emojikit import emojis
+from emojikit.format import DEFAULT_FORMAT, EmojiFormat
 
-MIN_EMOJI, MAX_EMOJI = 2, 8
 
-
-def literal_similarity(messages: Sequence[str], answers: Sequence[str | None]) -> list[float]:
+def literal_similarity(messages: Sequence[str], answers: Sequence[str | None], fmt: EmojiFormat = DEFAULT_FORMAT) -> list[float]:
     """MiniLM cosine between each message and the joined CLDR names of its answer's emoji.
 
-    It measures how literally the emoji spell out the message. An answer that is not 2-8
-    emoji and nothing else scores 0.
+    It measures how literally the emoji spell out the message. An answer that is not valid
+    in `fmt` (2-8 emoji and nothing else by default) scores 0.
     """
     if len(messages) != len(answers):
         raise ValueError("literal_similarity needs one answer per message")
-    valid = [i for i, a in enumerate(answers) if a and emojis.is_emoji_only(a, MIN_EMOJI, MAX_EMOJI)]
+    valid = [i for i, a in enumerate(answers) if fmt.check(a)]
     scores = [0.0] * len(messages)
     if valid:
         from emojikit.embedding import get_minilm
@@ -42,3 +41,15 @@ def distinct_per_100(answers: Sequence[str | None]) -> float:
         return len({e for a in answers for e in emojis.split(a)}) * 100 / len(answers)
     blocks = [answers[i : i + 100] for i in range(0, len(answers) - len(answers) % 100, 100)]
     return sum(len({e for a in block for e in emojis.split(a)}) for block in blocks) / len(blocks)
+
+
+def summarize(episodes) -> dict:
+    """The game figures of a set of episodes: success rate, final similarity, turns, format violations."""
+    n = max(len(episodes), 1)
+    turns = [t for ep in episodes for t in ep.turns]
+    return {
+        "success_rate": sum(ep.success for ep in episodes) / n,
+        "similarity": sum(ep.turns[-1].similarity for ep in episodes if ep.turns) / n,
+        "mean_turns": sum(len(ep.turns) for ep in episodes) / n,
+        "format_violations": sum(not t.valid for t in turns) / max(len(turns), 1),
+    }

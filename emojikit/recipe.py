@@ -12,11 +12,13 @@ import importlib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ValidationError
 
-from emojikit.components import BuildContext, Component
+from emojikit.assembly import COMPONENT_TABLES, ComponentChoice, choose, context, format_validation
+from emojikit.assembly import preflight as preflight_component
+from emojikit.components import BuildContext
 from emojikit.errors import ConfigError, EmojikitError
 from emojikit.registry import Registry, did_you_mean, get_registry
 
@@ -27,16 +29,6 @@ else:  # pragma: no cover
 
 RECIPE_KINDS = ("data", "sft", "grpo", "eval")
 TOP_LEVEL_KEYS = ("kind", "name", "seed", "out")
-
-# Component tables: the table name in a recipe -> the component kind it selects.
-COMPONENT_TABLES = {
-    "prompts": "prompt_source",
-    "teacher": "teacher",
-    "judge": "judge",
-    "reward": "reward",
-    "decoder": "decoder",
-    "backend": "backend",
-}
 
 # Per recipe kind: required component tables, optional ones, and loop tables
 # (table -> "module:SettingsModel"; the loop modules keep torch out of their top level).
@@ -68,22 +60,11 @@ RECIPE_SHAPES: dict[str, dict[str, Any]] = {
 }
 
 SECRET_MARKERS = ("api_key", "apikey", "token", "secret", "password")
-SEED_MAX = 2**32 - 1  # what every seeded generator (random, numpy, torch) accepts
 
 
 def import_object(ref: str) -> Any:
     module, _, attr = ref.partition(":")
     return getattr(importlib.import_module(module), attr)
-
-
-@dataclass
-class ComponentChoice:
-    table: str
-    spec: Component
-    config: BaseModel
-
-    def build(self, ctx: BuildContext) -> Any:
-        return self.spec.factory(self.config, ctx)
 
 
 @dataclass
@@ -96,28 +77,24 @@ class Recipe:
     components: dict[str, ComponentChoice]
     settings: dict[str, BaseModel]
     data: dict[str, Any] = field(repr=False, default_factory=dict)  # the resolved TOML
-    overrides: list[str] = field(default_factory=list)  # the --set values it was loaded with
+    registry: Optional[Registry] = field(repr=False, default=None)  # where the components were found
 
     def has(self, table: str) -> bool:
         return table in self.components
 
+    def context(self, run_dir: Optional[Path] = None) -> BuildContext:
+        return context(BuildContext(seed=self.seed, run_dir=run_dir or self.out, recipe_path=self.path, registry=self.registry))
+
     def build(self, table: str, run_dir: Optional[Path] = None) -> Any:
-        ctx = BuildContext(seed=self.seed, run_dir=run_dir or self.out, recipe_path=self.path)
-        return self.components[table].build(ctx)
+        """Build the component of `table` through the assembly seam (factory + Protocol check)."""
+        return self.components[table].build(self.context(run_dir))
+
 
     def runner(self):
         return import_object(RECIPE_SHAPES[self.kind]["runner"])
 
     def to_toml(self) -> str:
         return dump_toml(redact(self.data))
-
-    def resume_hint(self) -> str:
-        """`resume with: emojikit run RECIPE --set ... --resume`, the --set values repeated so
-        the command works as printed (and names the same run directory)."""
-        import shlex
-
-        sets = "".join(f" --set {shlex.quote(redact_text(o))}" for o in self.overrides)
-        return f"resume with: emojikit run {shlex.quote(str(self.path))}{sets} --resume"
 
 
 # --- loading ---------------------------------------------------------------------------
@@ -139,6 +116,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """`--set` texts (the user's TOML values, parsed once) applied to a copy of `data`."""
     data = copy.deepcopy(data)
     for text in overrides:
         keys, value = parse_override(text)
@@ -151,11 +129,40 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+def merge_settings(data: dict, updates: Mapping[str, Any]) -> dict:
+    """Settings from CLI flags (nested dicts, never TOML text) merged into a copy of `data`:
+    a dict updates a table key by key, anything else replaces the value."""
+    data = copy.deepcopy(data)
+    for key, value in updates.items():
+        if isinstance(value, Mapping) and isinstance(data.get(key), dict):
+            data[key] = merge_settings(data[key], value)
+        else:
+            data[key] = copy.deepcopy(dict(value)) if isinstance(value, Mapping) else copy.deepcopy(value)
+    return data
+
+
+def resolve_data(
+    data: dict,
+    overrides: Sequence[str] = (),
+    *,
+    choices: Optional[Mapping[str, Optional[str]]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
+) -> dict:
+    """The recipe as the run will see it. In order: `choices` (table -> component name, from
+    flags like --judge) replace whole tables, since the old table's keys may not apply; then
+    the `--set` overrides, so `--judge claude --set judge.timeout_s=2` sets the new judge's
+    timeout; then `settings` from other flags (e.g. --checkpoint), merged as dicts."""
+    data = copy.deepcopy(data)
+    for table, name in (choices or {}).items():
+        if name:
+            data[table] = {"use": name}
+    data = apply_overrides(data, list(overrides))
+    return merge_settings(data, settings or {})
+
+
 def read_toml(path: Path) -> dict:
     if not path.exists():
         raise ConfigError(f"{path}: recipe file not found")
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a directory, expected a recipe file (.toml)")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -164,26 +171,21 @@ def read_toml(path: Path) -> dict:
         raise ConfigError(f"{path}: not a UTF-8 text file") from None
 
 
-def _format_validation(table: str, model: type[BaseModel], exc: ValidationError) -> list[str]:
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(table)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key" + did_you_mean(str(err["loc"][-1]), model.model_fields)
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        elif msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-        lines.append(f"[{table}] {loc}: {msg}")
-    return lines
+def load_recipe(
+    path: Path | str,
+    overrides: Optional[Sequence[str]] = None,
+    registry: Optional[Registry] = None,
+    *,
+    choices: Optional[Mapping[str, Optional[str]]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
+) -> Recipe:
+    """Load and validate a recipe; raises ConfigError listing every problem on one line.
 
-
-def load_recipe(path: Path | str, overrides: Optional[list[str]] = None, registry: Optional[Registry] = None) -> Recipe:
-    """Load and validate a recipe; raises ConfigError listing every problem on one line."""
+    `overrides` are `--set table.key=value` texts; `choices` and `settings` come from CLI
+    flags (see resolve_data for the order)."""
     path = Path(path)
     registry = registry or get_registry()
-    data = apply_overrides(read_toml(path), overrides or [])
+    data = resolve_data(read_toml(path), overrides or [], choices=choices, settings=settings)
     errors: list[str] = []
 
     kind = data.get("kind")
@@ -197,8 +199,6 @@ def load_recipe(path: Path | str, overrides: Optional[list[str]] = None, registr
         errors.append(f"name: expected a non-empty string")
     if not isinstance(seed, int) or isinstance(seed, bool):
         errors.append(f"seed: expected an integer, got {seed!r}")
-    elif not 0 <= seed <= SEED_MAX:
-        errors.append(f"seed: {seed} is out of range; expected 0 to {SEED_MAX}")
     out = data.get("out", f"runs/{name}")
     if not isinstance(out, str):
         errors.append("out: expected a path string")
@@ -228,41 +228,32 @@ def load_recipe(path: Path | str, overrides: Optional[list[str]] = None, registr
             errors.append(f"[{table}] use: required key is missing (the name of a {COMPONENT_TABLES[table]})")
             continue
         try:
-            spec = registry.get(COMPONENT_TABLES[table], use)
+            components[table] = choose(COMPONENT_TABLES[table], use, body, BuildContext(registry=registry), table=table)
         except EmojikitError as exc:
-            errors.append(f"[{table}] use: {exc}")
-            continue
-        try:
-            config = spec.config.model_validate(body)
-        except ValidationError as exc:
-            errors.extend(_format_validation(table, spec.config, exc))
-            continue
-        components[table] = ComponentChoice(table, spec, config)
+            errors.append(str(exc))
 
-    settings: dict[str, BaseModel] = {}
+    loop_settings: dict[str, BaseModel] = {}
     for table, ref in shape["settings"].items():
         model = import_object(ref)
         body = data.get(table, {})
         if not isinstance(body, dict):
             continue
         try:
-            settings[table] = model.model_validate(body)
+            loop_settings[table] = model.model_validate(body)
         except ValidationError as exc:
-            errors.extend(_format_validation(table, model, exc))
+            errors.extend(format_validation(table, model, exc))
 
     if errors:
         raise ConfigError(f"{path}: " + "; ".join(errors))
 
-    recipe = Recipe(path, kind, name, seed, Path(out), components, settings, data, overrides=list(overrides or []))
-    # Preflight: files, credentials. Still before any model load or network call.
-    ctx = BuildContext(seed=seed, run_dir=recipe.out, recipe_path=path)
-    for table, choice in components.items():
-        if choice.spec.preflight is None:
-            continue
+    recipe = Recipe(path, kind, name, seed, Path(out), components, loop_settings, data, registry=registry)
+    # Preflight: declared API keys, files. Still before any model load or network call.
+    ctx = recipe.context()
+    for choice in components.values():
         try:
-            choice.spec.preflight(choice.config, ctx)
+            preflight_component(choice, ctx)
         except EmojikitError as exc:
-            errors.append(f"[{table}] {exc}")
+            errors.append(str(exc))
     if errors:
         raise ConfigError(f"{path}: " + "; ".join(errors))
     return recipe
@@ -271,23 +262,12 @@ def load_recipe(path: Path | str, overrides: Optional[list[str]] = None, registr
 # --- writing ---------------------------------------------------------------------------
 
 
-def redact_text(text: str) -> str:
-    """A known secret value (ANTHROPIC_API_KEY, TINKER_API_KEY from the environment or .env)
-    anywhere in text, replaced by its variable's name."""
-    from emojikit.secrets import scrub
-
-    return scrub(text)
-
-
 def redact(data: Any) -> Any:
-    """Replace the value of every secret-looking key, and every known secret value pasted
-    into any other field."""
+    """Replace the value of every secret-looking key."""
     if isinstance(data, dict):
         return {k: ("<redacted>" if any(m in k.lower() for m in SECRET_MARKERS) and isinstance(v, str) else redact(v)) for k, v in data.items()}
     if isinstance(data, list):
         return [redact(v) for v in data]
-    if isinstance(data, str):
-        return redact_text(data)
     return data
 
 
@@ -315,13 +295,3 @@ def dump_toml(data: dict) -> str:
             lines.append(f"\n[{k}]")
             lines.extend(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())
     return "\n".join(lines) + "\n"
-
-
-def check_ready(recipe: Recipe) -> None:
-    """What the run would reject before training, checked now (by `validate` and `run`, before
-    a run directory is made): the loop module's `preflight(recipe)`, when it has one. It may
-    read the datasets and load a tokenizer, never a model."""
-    module, _, _ = RECIPE_SHAPES[recipe.kind]["runner"].partition(":")
-    preflight = getattr(importlib.import_module(module), "preflight", None)
-    if preflight is not None:
-        preflight(recipe)

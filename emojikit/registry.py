@@ -23,6 +23,7 @@ import pluggy
 from emojikit import hookspecs
 from emojikit.components import Component
 from emojikit.errors import PluginError
+from emojikit.secrets import declare_key
 
 GROUP = "emojikit"
 KINDS = tuple(hookspecs.KIND_HOOKS)
@@ -33,6 +34,20 @@ class PluginFailure:
     plugin: str
     distribution: str
     error: str
+
+
+@dataclass
+class Conflict:
+    """Two or more plugins provide a component of the same kind and name: none of them is
+    used (a command that asks for it fails, naming every provider); the others still load."""
+
+    kind: str
+    name: str
+    providers: list[Component]
+
+    def describe(self) -> str:
+        who = " and ".join(f"plugin {c.plugin!r} ({c.distribution or 'no distribution'})" for c in self.providers)
+        return f"duplicate {self.kind} {self.name!r}: provided by {who}; block one with EMOJIKIT_BLOCK_PLUGINS"
 
 
 def _env_list(name: str) -> Optional[set[str]]:
@@ -52,6 +67,7 @@ class Registry:
         self.pm = pluggy.PluginManager(GROUP)
         self.pm.add_hookspecs(hookspecs)
         self.failures: list[PluginFailure] = []
+        self.conflicts: list[Conflict] = []
         self._origin: dict[str, tuple[str, str]] = {}  # plugin name -> (distribution, version)
         self._components: Optional[dict[str, dict[str, Component]]] = None
         if load_entrypoints:
@@ -77,9 +93,6 @@ class Registry:
                 if strict:
                     raise
                 self._fail(ep.name, dist, exc)
-        unknown = sorted(allow - {ep.name for ep in metadata.entry_points(group=GROUP)}) if allow else []
-        for name in unknown:  # a typo would otherwise just leave its components out
-            warnings.warn(f"EMOJIKIT_PLUGINS names {name!r}, which is not an installed plugin; installed: {', '.join(sorted({ep.name for ep in metadata.entry_points(group=GROUP)}))}", stacklevel=2)
 
     def register(self, plugin: object, name: str, distribution: str = "", version: str = "") -> None:
         """Register a plugin object or module; hook implementations are validated at once."""
@@ -99,6 +112,7 @@ class Registry:
         if self._components is not None:
             return self._components
         table: dict[str, dict[str, Component]] = {kind: {} for kind in KINDS}
+        clashes: dict[tuple[str, str], Conflict] = {}
         for kind, hook_name in hookspecs.KIND_HOOKS.items():
             hook = getattr(self.pm.hook, hook_name)
             # One call per implementation, so every component knows its plugin.
@@ -113,18 +127,21 @@ class Registry:
                     if not isinstance(spec, Component):
                         self._fail(impl.plugin_name, dist, TypeError(f"{hook_name} returned {type(spec).__name__}, not Component"))
                         continue
-                    previous = table[kind].get(spec.name)
-                    if previous is not None:
-                        raise PluginError(
-                            f"duplicate {kind} {spec.name!r}: provided by plugin {previous.plugin!r} "
-                            f"and plugin {impl.plugin_name!r}"
-                        )
                     spec.kind, spec.plugin, spec.distribution, spec.version = kind, impl.plugin_name, dist, version
-                    table[kind][spec.name] = spec
+                    if spec.needs_key:
+                        declare_key(spec.needs_key)
+                    if (kind, spec.name) in clashes:
+                        clashes[kind, spec.name].providers.append(spec)
+                    elif spec.name in table[kind]:
+                        clashes[kind, spec.name] = Conflict(kind, spec.name, [table[kind].pop(spec.name), spec])
+                    else:
+                        table[kind][spec.name] = spec
+        self.conflicts = list(clashes.values())
         self._components = table
         return table
 
     def components(self, kind: Optional[str] = None) -> list[Component]:
+        """Usable components (a name in `conflicts` is not one of them)."""
         table = self._collect()
         kinds = [kind] if kind else list(KINDS)
         for k in kinds:
@@ -136,6 +153,9 @@ class Registry:
         table = self._collect()
         if kind not in table:
             raise PluginError(f"unknown component kind {kind!r}{did_you_mean(kind, KINDS)}; kinds: {', '.join(KINDS)}")
+        for conflict in self.conflicts:
+            if (conflict.kind, conflict.name) == (kind, name):
+                raise PluginError(conflict.describe())
         if name not in table[kind]:
             installed = ", ".join(sorted(table[kind])) or "none"
             raise PluginError(f"no {kind} named {name!r}{did_you_mean(name, table[kind])}; installed: {installed}")

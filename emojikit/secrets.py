@@ -1,7 +1,8 @@
 """API keys from the environment or a `.env` file in the working directory.
 
-Keys are read only through `require_key`, never stored in configs, so they cannot reach a
-run directory; `scrub` removes any known key from text before it is logged.
+Keys are declared on the component that needs them (`Component.needs_key`) and read only
+through `require_key`, never stored in configs, so they cannot reach a run directory;
+`scrub` removes any known key from text before it is logged.
 """
 
 from __future__ import annotations
@@ -37,11 +38,24 @@ def require_key(var: str, what: str) -> str:
     return value
 
 
-SECRET_VARS = ("ANTHROPIC_API_KEY", "TINKER_API_KEY")
+# Variables whose values are scrubbed: every key a component declares (`Component.needs_key`,
+# recorded by the registry), and any variable named like a key.
+_DECLARED: set[str] = set()
+SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET")
+
+
+def declare_key(var: str) -> None:
+    """Record a key variable a component needs, so `scrub` removes its value."""
+    _DECLARED.add(var)
+
+
+def secret_vars() -> list[str]:
+    named = {v for v in (*os.environ, *_dotenv()) if v.upper().endswith(SECRET_SUFFIXES)}
+    return sorted(_DECLARED | named)
 
 
 def scrub(text: str) -> str:
-    for var in SECRET_VARS:
+    for var in secret_vars():
         value = find_key(var)
         if value and len(value) >= 6:
             text = text.replace(value, f"<{var}>")

@@ -71,10 +71,33 @@ def test_components_know_their_plugin_and_kind():
 
 
 def test_duplicate_names_name_both_plugins():
-    reg = fresh_registry(make_plugin("register_judges", "same"), make_plugin("register_judges", "same"))
+    reg = fresh_registry(make_plugin("register_judges", "same", "other"), make_plugin("register_judges", "same"))
+    # Listing still works: the clash is a conflict, the other components stay usable.
+    assert [c.name for c in reg.components("judge")] == ["other"]
+    (conflict,) = reg.conflicts
+    assert (conflict.kind, conflict.name, [c.plugin for c in conflict.providers]) == ("judge", "same", ["p1", "p0"])
+    # Only asking for the clashing name fails, naming both plugins.
     with pytest.raises(PluginError) as err:
-        reg.components()
+        reg.get("judge", "same")
     assert "'p0'" in str(err.value) and "'p1'" in str(err.value) and "same" in str(err.value)
+
+
+def test_list_plugins_reports_a_duplicate_as_a_conflict_row(tmp_path):
+    """Two distributions register the same judge name: list-plugins shows a CONFLICT row naming both."""
+    source = (THIRDPARTY / "emojikit_echo_judge.py").read_text()
+    site = write_fake_dist(tmp_path, "emojikit_echo_clone", source)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(THIRDPARTY), str(site)])}
+    exe = [sys.executable, "-m", "emojikit.cli"]
+    text = subprocess.run(exe + ["list-plugins", "--kind", "judge"], env=env, capture_output=True, text=True)
+    assert text.returncode == 0, text.stderr
+    row = next(line for line in text.stdout.splitlines() if line.startswith("CONFLICT"))
+    assert "judge/echo" in row and "emojikit-echo-judge" in row and "emojikit_echo_clone" in row
+    assert any(line.startswith("judge") and " retrieval " in line for line in text.stdout.splitlines())
+    listed = json.loads(subprocess.run(exe + ["list-plugins", "--json"], env=env, capture_output=True, text=True, check=True).stdout)
+    (conflict,) = listed["conflicts"]
+    assert {p["distribution"] for p in conflict["providers"]} == {"emojikit-echo-judge", "emojikit_echo_clone"}
+    used = subprocess.run(exe + ["describe", "judge", "echo"], env=env, capture_output=True, text=True)
+    assert used.returncode == 2 and "duplicate judge 'echo'" in used.stderr and "Traceback" not in used.stderr
 
 
 def test_same_name_in_two_kinds_is_fine():

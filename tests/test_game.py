@@ -274,14 +274,17 @@ def test_retrieval_pool_file_and_its_errors(tmp_path):
         RetrievalConfig(pool_file=tmp_path / "missing.jsonl")
 
 
-def test_retrieval_without_a_distractor_source_fails_in_preflight(monkeypatch):
+def test_retrieval_without_a_distractor_source_fails_in_preflight():
     from emojikit.components import BuildContext
+    from emojikit.registry import Registry
     from emojikit_retrieval import retrieval
 
-    monkeypatch.setattr(retrieval, "_generated_available", lambda: False)
+    # The context carries the registry: one without the text plugin has no `generated` source.
+    empty = BuildContext(registry=Registry(load_entrypoints=False))
     with pytest.raises(ConfigError, match="distractors: no pool_file"):
-        retrieval.preflight(RetrievalConfig(), BuildContext())
-    retrieval.preflight(RetrievalConfig(distractors=0), BuildContext())
+        retrieval.preflight(RetrievalConfig(), empty)
+    retrieval.preflight(RetrievalConfig(distractors=0), empty)
+    retrieval.preflight(RetrievalConfig(), BuildContext())  # the default registry has it
 
 
 # --- the reward -----------------------------------------------------------------------------

@@ -309,11 +309,14 @@ def test_missing_key_fails_before_anything_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no .env here
     calls = []
     monkeypatch.setattr(clients, "service_client_factory", lambda *a: calls.append(a))
+    from emojikit.assembly import choose, preflight
+
     registry = Registry()
     for kind, config in (("backend", TinkerBackendConfig()), ("judge", TinkerJudgeConfig())):
         spec = registry.get(kind, "tinker")
+        assert spec.needs_key == "TINKER_API_KEY"  # declared on the component; the core checks it
         with pytest.raises(MissingCredentialError, match="TINKER_API_KEY"):
-            spec.preflight(config, BuildContext())
+            preflight(choose(kind, "tinker", config, BuildContext(registry=registry)), BuildContext(registry=registry))
         with pytest.raises(MissingCredentialError, match="TINKER_API_KEY"):
             spec.factory(config, BuildContext())
     assert calls == []  # the SDK was never reached

@@ -90,6 +90,13 @@ class EmojiMaskDecoder:
             self._bound[id(tokenizer)] = (tokenizer, constraint)
             return constraint
 
+    def binding_report(self, model: str, export: Optional[Path] = None) -> list[tuple[str, str]]:
+        """`emojikit mask`: the mask bound to MODEL's tokenizer (sizes, build times); `export`
+        writes every reachable state's allowed tokens to an .npz file."""
+        from .export import mask_report
+
+        return mask_report(model, self, export)
+
 
 class NoConstraintDecoder:
     """Masks nothing; `check` still reports whether a sample is emoji-only within min..max."""

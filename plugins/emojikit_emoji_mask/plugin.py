@@ -6,12 +6,13 @@ from pydantic import Field, model_validator
 
 from emojikit.components import BuildContext, Component
 from emojikit.config import ConfigModel
+from emojikit.format import DEFAULT_FORMAT
 from emojikit.hookspecs import hookimpl
 
 
 class _CountLimits(ConfigModel):
-    min_emoji: int = Field(2, ge=1, description="Fewest emoji in an answer; EOS is masked until this many are out.")
-    max_emoji: int = Field(8, ge=1, description="Most emoji in an answer; after this many only EOS is allowed.")
+    min_emoji: int = Field(DEFAULT_FORMAT.min_emoji, ge=1, description="Fewest emoji in an answer; EOS is masked until this many are out.")
+    max_emoji: int = Field(DEFAULT_FORMAT.max_emoji, ge=1, description="Most emoji in an answer; after this many only EOS is allowed.")
 
     @model_validator(mode="after")
     def _ordered(self):

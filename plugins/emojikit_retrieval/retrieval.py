@@ -10,6 +10,7 @@ episode: its earlier guesses (JudgeView.guesses) are masked out of the pool.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Optional, Sequence
@@ -18,6 +19,7 @@ import numpy as np
 from pydantic import Field
 
 from emojikit import emojis
+from emojikit.assembly import build_component, context
 from emojikit.components import BuildContext, JudgeView
 from emojikit.config import ConfigModel, ExistingPath
 from emojikit.errors import ConfigError, InputFileError, PluginError
@@ -55,18 +57,16 @@ def read_pool_file(path: Path) -> list[str]:
     return texts
 
 
-def _generated_available() -> bool:
-    from emojikit.registry import get_registry
-
+def _generated_available(ctx: BuildContext) -> bool:
     try:
-        get_registry().get("prompt_source", DISTRACTOR_SOURCE)
+        context(ctx).registry.get("prompt_source", DISTRACTOR_SOURCE)
     except PluginError:
         return False
     return True
 
 
 def preflight(cfg: RetrievalConfig, ctx: BuildContext) -> None:
-    if cfg.distractors > 0 and cfg.pool_file is None and not _generated_available():
+    if cfg.distractors > 0 and cfg.pool_file is None and not _generated_available(ctx):
         raise ConfigError(
             f"distractors: no pool_file is set and no `{DISTRACTOR_SOURCE}` prompt source is installed "
             "(plugin emojikit_text); set pool_file or distractors = 0"
@@ -81,10 +81,8 @@ def draw_distractors(cfg: RetrievalConfig, ctx: BuildContext) -> list[str]:
         pool = list(dict.fromkeys(read_pool_file(cfg.pool_file)))
         return pool if len(pool) <= cfg.distractors else random.Random(seed).sample(pool, cfg.distractors)
     preflight(cfg, ctx)
-    from emojikit.registry import get_registry
-
-    spec = get_registry().get("prompt_source", DISTRACTOR_SOURCE)
-    source = spec.factory(spec.config(), BuildContext(seed=seed, run_dir=ctx.run_dir, recipe_path=ctx.recipe_path))
+    # Through the assembly seam, from the registry the judge itself came from.
+    source = build_component("prompt_source", DISTRACTOR_SOURCE, {}, dataclasses.replace(context(ctx), seed=seed), table="judge: distractors")
     return [m.text for m in source.messages(cfg.distractors)]
 
 

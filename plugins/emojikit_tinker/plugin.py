@@ -1,21 +1,14 @@
 """Hook implementations: the `tinker` backend and the `tinker` judge.
 
 Only configs are imported here; the tinker SDK loads inside the factories. Both components
-check TINKER_API_KEY in preflight, so a missing key fails before the run starts.
+declare TINKER_API_KEY (`needs_key`): the core checks it before the run starts and keeps its
+value out of error messages.
 """
 
 from emojikit.components import Component
 from emojikit.hookspecs import hookimpl
-from emojikit.secrets import require_key
 
 from emojikit_tinker.config import API_KEY_VAR, TinkerBackendConfig, TinkerJudgeConfig
-
-
-def _require_key(what: str):
-    def preflight(config, ctx) -> None:
-        require_key(API_KEY_VAR, what)
-
-    return preflight
 
 
 def _build_policy(config: TinkerBackendConfig, ctx):
@@ -38,7 +31,7 @@ def register_backends():
             summary="Remote LoRA training and sampling on Tinker (default Qwen/Qwen3.5-4B); decoders validate and redraw",
             config=TinkerBackendConfig,
             factory=_build_policy,
-            preflight=_require_key("the tinker backend"),
+            needs_key=API_KEY_VAR,
         )
     ]
 
@@ -51,6 +44,6 @@ def register_judges():
             summary="Qwen3-30B-A3B-Instruct (configurable) through Tinker sampling, concurrent requests, answer cleaned",
             config=TinkerJudgeConfig,
             factory=_build_judge,
-            preflight=_require_key("the tinker judge"),
+            needs_key=API_KEY_VAR,
         )
     ]

@@ -1,0 +1,113 @@
+"""The core's import graph: no cycles among emojikit modules and no import of a plugin package.
+
+Imports inside functions count too (hiding a cycle in a function is still a cycle), and so do
+imports under `if TYPE_CHECKING:`. The graph is read from the source (AST), nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_name(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    """Every module name an `import` or `from ... import` in the file may refer to."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names.add(target)
+            names.update(f"{target}.{alias.name}" for alias in node.names)
+    return names
+
+
+def core_graph(root: Path = ROOT) -> tuple[dict[str, set[str]], list[tuple[str, str]]]:
+    """(core module -> core modules it imports, [(core module, plugin module)])."""
+    files = {module_name(p, root): p for p in (root / "emojikit").rglob("*.py")}
+    plugin_packages = {p.name for p in (root / "plugins").iterdir() if (p / "__init__.py").exists()}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    to_plugins = []
+    for module, path in files.items():
+        for name in imported_names(path, module):
+            if name.split(".")[0] in plugin_packages:
+                to_plugins.append((module, name))
+            while name and name not in files:
+                name = name.rpartition(".")[0]
+            # Package __init__ re-exports are not edges of the architecture.
+            if name and name != module and files[name].name != "__init__.py":
+                graph[module].add(name)
+    return graph, to_plugins
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles_in_the_core():
+    graph, _ = core_graph()
+    assert {"emojikit.cli", "emojikit.game", "emojikit.assembly"} <= set(graph), "the walk missed core modules"
+    assert cycles(graph) == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles(graph))
+
+
+def test_the_core_never_imports_a_plugin():
+    _, to_plugins = core_graph()
+    assert to_plugins == [], "core -> plugin imports: " + ", ".join(f"{a} -> {b}" for a, b in to_plugins)
+
+
+def test_the_walk_sees_a_cycle_and_a_plugin_import(tmp_path):
+    """The checks themselves: a cycle hidden in a function and a plugin import are both found."""
+    core, plugin = tmp_path / "emojikit", tmp_path / "plugins" / "emojikit_fake"
+    core.mkdir()
+    plugin.mkdir(parents=True)
+    (core / "__init__.py").write_text("")
+    (core / "a.py").write_text("from emojikit import b\n")
+    (core / "b.py").write_text("def f():\n    from emojikit.a import x\n    import emojikit_fake.thing\n")
+    (plugin / "__init__.py").write_text("")
+    graph, to_plugins = core_graph(tmp_path)
+    assert cycles(graph) == [["emojikit.a", "emojikit.b"]]
+    assert ("emojikit.b", "emojikit_fake.thing") in to_plugins

@@ -15,21 +15,54 @@ from emojikit.registry import KINDS, get_registry
 from emojikit.secrets import scrub
 
 KIND_ALIASES = {k.replace("_", "-"): k for k in KINDS}
+MAX_TEMPERATURE = 5.0  # beyond this, sampling is noise
+SEED_MAX = 2**32 - 1
+
+
+def fail(message: str) -> None:
+    """Print `emojikit: error: <one line>` and exit with status 2."""
+    message = " ".join(scrub(str(message)).split("\n"))
+    click.echo(f"emojikit: error: {message}", err=True)
+    sys.exit(2)
 
 
 def friendly_errors(fn):
-    """Turn a user-fixable error into `emojikit: error: <one line>` and exit status 2."""
+    """Turn a user-fixable error into `emojikit: error: <one line>` and exit status 2.
+
+    Operating-system failures a user can fix (full disk, read-only location, a directory where
+    a file should be) count as such even where no code named them: path and problem, one line."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from emojikit.io import os_problem
+
         try:
             return fn(*args, **kwargs)
         except EmojikitError as exc:
-            message = " ".join(scrub(str(exc)).split("\n"))
-            click.echo(f"emojikit: error: {message}", err=True)
-            sys.exit(2)
+            fail(str(exc))
+        except OSError as exc:
+            if os_problem(exc) is None:
+                raise
+            fail(f"{exc.filename or ''}: {os_problem(exc)}".lstrip(": "))
 
     return wrapper
+
+
+class OneLineErrors(click.Group):
+    """Bad command-line values (a range, a missing argument) are one line too, exit status 2."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.Exit as exc:  # --help, --version
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            fail(exc.format_message())
 
 
 def _kind(value: str) -> str:
@@ -41,7 +74,7 @@ def _kind(value: str) -> str:
     return kind
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="emojikit")
 def cli():
     """Teach language models to communicate in emoji."""
@@ -50,17 +83,23 @@ def cli():
 @cli.command()
 @click.argument("recipe", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
-@click.option("--resume", is_flag=True, help="Continue the run in the recipe's run directory from its last checkpoint.")
+@click.option("--resume", is_flag=True, help="Continue RECIPE's run directory (its out) from its last checkpoint, whatever its stage.json says; an interrupted stage of an unchanged recipe resumes without it.")
+@click.option("--no-upstream", is_flag=True, help="Run only RECIPE; the recipes it names ([sft] data, [grpo] start_from) must have finished runs.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (stage, reuse/resume/run/skip, why) and exit.")
 @friendly_errors
-def run(recipe: Path, overrides: tuple[str, ...], resume: bool):
-    """Validate RECIPE, then run it (data, sft, grpo or eval)."""
-    from emojikit.recipe import load_recipe
-    from emojikit.runs import RunDir
+def run(recipe: Path, overrides: tuple[str, ...], resume: bool, no_upstream: bool, dry_run: bool):
+    """Validate RECIPE and the recipes it names, then run what is missing (data, sft, grpo or eval).
 
-    loaded = load_recipe(recipe, list(overrides))
-    runner = loaded.runner()  # imported before the run directory is touched
-    with RunDir(loaded.out, resume=resume, recipe_toml=loaded.to_toml()) as run_dir:
-        runner(loaded, run_dir)
+    Each stage runs in its own run directory; a finished run of the same recipe and inputs is
+    reused, an interrupted one resumed, a changed recipe runs into a new directory."""
+    from emojikit import pipeline
+
+    stages = pipeline.plan(recipe, list(overrides), resume=resume, no_upstream=no_upstream)
+    if dry_run:
+        for line in pipeline.describe(stages):
+            click.echo(line)
+        return
+    pipeline.execute(stages, echo=click.echo)
 
 
 @cli.command()
@@ -69,9 +108,10 @@ def run(recipe: Path, overrides: tuple[str, ...], resume: bool):
 @friendly_errors
 def validate(recipe: Path, overrides: tuple[str, ...]):
     """Check RECIPE (every component config and input file) without running it."""
-    from emojikit.recipe import load_recipe
+    from emojikit.recipe import check_ready, load_recipe
 
     loaded = load_recipe(recipe, list(overrides))
+    check_ready(loaded)
     parts = ", ".join(f"{t}={c.spec.name}" for t, c in loaded.components.items())
     click.echo(f"{recipe}: ok ({loaded.kind}: {parts}; run directory {loaded.out})")
 
@@ -135,20 +175,30 @@ def describe(kind: str, name: str):
 @click.option("--checkpoint", default="base", show_default=True, help='A checkpoint directory, or "base" for the start model.')
 @click.option("--recipe", "recipe_path", default="recipes/sft.toml", show_default=True, type=click.Path(path_type=Path), help="SFT recipe giving the backend, decoder and test file.")
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
-@click.option("-n", "--examples", default=100, show_default=True, help="Held-out prompts to sample.")
-@click.option("--temperature", default=0.7, show_default=True)
+@click.option("-n", "--examples", type=click.IntRange(min=1), default=100, show_default=True, help="Held-out prompts to sample.")
+@click.option("--temperature", type=click.FloatRange(min=0.0, max=MAX_TEMPERATURE), default=0.7, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: the checkpoint's run directory, or runs/eval-sft-base).")
 @friendly_errors
 def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, temperature: float, out: Path | None):
     """Format compliance of sampled answers on held-out prompts, with and without the emoji mask."""
-    from emojikit.errors import InputFileError
+    from emojikit.errors import ConfigError, InputFileError
     from emojikit.evaluate import format_report, write_report
     from emojikit.recipe import load_recipe
     from emojikit.sft import load_chats
 
     recipe = load_recipe(recipe_path, list(overrides))
+    if recipe.kind != "sft":
+        raise ConfigError(f"{recipe_path}: eval-sft needs an sft recipe (its [sft] test_file and max_new_tokens), got kind = {recipe.kind!r}; pass --recipe recipes/sft.toml")
     if checkpoint != "base" and not Path(checkpoint).is_dir():
         raise InputFileError(f"--checkpoint {checkpoint}: not a checkpoint directory")
+    if checkpoint != "base":
+        from emojikit.preflight import check_checkpoint_files
+
+        check_checkpoint_files(checkpoint)  # a damaged file is named before any model loads
+    if out is not None:
+        from emojikit.io import check_writable
+
+        check_writable(out, "the report directory (--out)")
     settings = recipe.settings["sft"]
     prompts = [chat[:-1] for chat in load_chats(settings.test_file, examples)]
     out = out or (Path(checkpoint).parent.parent if checkpoint != "base" else Path("runs/eval-sft-base"))
@@ -194,9 +244,12 @@ def eval_game(recipe_path: Path, checkpoints, targets, judge, overrides, out, hu
     if out:
         extra.append(f"out={json.dumps(str(out))}")
     recipe = load_recipe(recipe_path, extra)
-    existing = recipe.out.exists() and any(p.name != ".lock" for p in recipe.out.iterdir())
+    from emojikit.recipe import check_ready
+
+    check_ready(recipe)  # targets and token budget, before the report directory is touched
+    existing = recipe.out.is_dir() and any(p.name != ".lock" for p in recipe.out.iterdir())
     # Reports are replaced atomically, so re-evaluating into the same directory is safe.
-    with RunDir(recipe.out, resume=existing, recipe_toml=recipe.to_toml()) as run_dir:
+    with RunDir(recipe.out, resume=existing, recipe_toml=recipe.to_toml(), check_recipe=False) as run_dir:
         recipe.runner()(recipe, run_dir)
     if people is not None:
         from emojikit.human_games import write_report
@@ -241,8 +294,8 @@ def mask(model: str, export: Path | None, decoder_name: str, overrides: tuple[st
 @click.option("--judge", default=None, help="Judge instead of the recipe's, e.g. retrieval or local-lm.")
 @click.option("--reward", default=None, help="Reward instead of the recipe's.")
 @click.option("--max-turns", type=click.IntRange(1, 16), default=None)
-@click.option("--temperature", default=0.7, show_default=True)
-@click.option("--seed", type=int, default=None, help="Seed for the message choice and sampling (default: random).")
+@click.option("--temperature", type=click.FloatRange(min=0.0, max=MAX_TEMPERATURE), default=0.7, show_default=True)
+@click.option("--seed", type=click.IntRange(0, SEED_MAX), default=None, help="Seed for the message choice and sampling (default: random).")
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
 @click.option("--human", is_flag=True, help="You are the guesser: type a guess per line (stdin) after each emoji turn; a score at the end.")
 @friendly_errors
@@ -252,6 +305,8 @@ def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_
 
     if recipe_path is None and Path("recipes/grpo.toml").exists():
         recipe_path = Path("recipes/grpo.toml")
+    if message is not None and not message.strip():
+        raise click.BadParameter("empty message; pass some text, or leave --message out for a random one", param_hint="'--message'")
     choices = {"backend": backend, "decoder": decoder, "judge": judge, "reward": reward}
     if human:
         from emojikit.interactive import run_human_play
@@ -270,8 +325,8 @@ def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_
 @click.option("--backend", default=None, help="Backend instead of the recipe's (default config).")
 @click.option("--decoder", default=None, help="Decoder instead of the recipe's, e.g. none to see the unmasked model.")
 @click.option("--max-emoji", type=click.IntRange(1, 32), default=None, help="Most emoji per answer (the decoder's max_emoji).")
-@click.option("--temperature", default=0.7, show_default=True)
-@click.option("--seed", type=int, default=None, help="Sampling seed (default: random).")
+@click.option("--temperature", type=click.FloatRange(min=0.0, max=MAX_TEMPERATURE), default=0.7, show_default=True)
+@click.option("--seed", type=click.IntRange(0, SEED_MAX), default=None, help="Sampling seed (default: random).")
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
 @friendly_errors
 def chat(checkpoint, recipe_path, backend, decoder, max_emoji, temperature, seed, overrides):
@@ -319,7 +374,7 @@ def inspect_episodes(run_dir, step, target, worst, best):
 @cli.command()
 @click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: RUN/report).")
-@click.option("--examples", default=3, show_default=True, help="Best and worst episodes of the last step to show.")
+@click.option("--examples", type=click.IntRange(min=0), default=3, show_default=True, help="Best and worst episodes of the last step to show.")
 @friendly_errors
 def report(run_dir, out, examples):
     """PNG plots of reward, similarity, success rate, KL and turns over steps, and report.md."""

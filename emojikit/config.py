@@ -25,6 +25,17 @@ def _must_exist(path: Path) -> Path:
 ExistingPath = Annotated[Path, AfterValidator(_must_exist)]
 
 
+def _must_be_file(path: Path) -> Path:
+    _must_exist(path)
+    if Path(path).is_dir():
+        raise ValueError(f"{path} is a directory, expected a file")
+    return path
+
+
+# A file the recipe reads (not a directory): checked during validation.
+ExistingFile = Annotated[Path, AfterValidator(_must_be_file)]
+
+
 # --- types as a person writes them (`emojikit describe`) ------------------------------------
 
 _TYPE_WORDS = {int: "integer", float: "number", str: "text", bool: "true or false", Path: "path", dict: "table", list: "list"}

@@ -75,6 +75,21 @@ def check_filter(recipe, settings: DataSettings) -> None:
         )
 
 
+def preflight(recipe) -> None:
+    """What run() would reject, checked before a run directory is made: the filter's tables,
+    and a count the prompt source cannot produce (a source may tell its capacity)."""
+    settings: DataSettings = recipe.settings["data"]
+    check_filter(recipe, settings)
+    source = recipe.build("prompts")
+    capacity = source.capacity() if hasattr(source, "capacity") else None
+    if capacity is not None and settings.count > capacity:
+        name = recipe.components["prompts"].spec.name
+        raise ConfigError(
+            f"{recipe.path}: [data] count: {settings.count} messages asked for, but the {name} prompt source can produce "
+            f"at most {capacity} distinct ones; lower [data] count (or choose a larger source)"
+        )
+
+
 def communicable(recipe, run_dir, settings: DataSettings, candidates: list[Message], want: int) -> tuple[list[Message], dict]:
     """The first `want` candidates whose game (sender -> judge -> similarity) reaches the
     threshold within filter_max_turns, played in batches; and how many were tried."""
@@ -169,7 +184,7 @@ def run(recipe, run_dir) -> None:
 
     teacher = recipe.build("teacher", run_dir.path)
     teacher_started = time.monotonic()
-    answers = label(teacher, sft_messages, settings.teacher_batch, run_dir, f"resume with: emojikit run {recipe.path} --resume")
+    answers = label(teacher, sft_messages, settings.teacher_batch, run_dir, recipe.resume_hint())
     teacher_seconds = time.monotonic() - teacher_started
 
     pairs, dropped_none, dropped_invalid = [], 0, 0

@@ -32,3 +32,7 @@ class ModelUnavailableError(EmojikitError, RuntimeError):
 
 class RemoteServiceError(EmojikitError, RuntimeError):
     """A remote service kept failing after retries."""
+
+
+class OutputError(EmojikitError, RuntimeError):
+    """A file or directory could not be written: full disk, read-only location, a file in the way."""

@@ -44,7 +44,11 @@ class GRPOSettings(ConfigModel):
         "similarity gain onward, baselined against the group's episodes that reached turn k.",
     )
     normalize_std: bool = Field(True, description="Divide advantages by the group's reward std.")
-    start_from: str = Field("auto", description='"auto" (the sft_run checkpoint if present, else base), "base", or a checkpoint path.')
+    start_from: str = Field(
+        "auto",
+        description='A recipe whose run gives the start checkpoint (e.g. recipes/sft.toml; emojikit run runs it first when missing or stale), '
+        '"auto" (the sft_run checkpoint if present, else base), "base", or a checkpoint path.',
+    )
     sft_run: Path = Field(Path("runs/sft"), description="Run directory whose latest checkpoint start_from=auto uses.")
     heldout_file: Optional[Path] = Field(
         None, description="Held-out targets (JSONL with a text field, or one per line); default: the first eval_targets of the prompt source."
@@ -58,11 +62,17 @@ class GRPOSettings(ConfigModel):
     max_failed_steps: int = Field(
         3, ge=1, description="Stop (with a checkpoint) after this many steps in a row in which the judge failed on every group."
     )
+    compare: bool = Field(
+        False, description="At the end, play the held-out targets with base, the start checkpoint, the final one and the teacher side by side (comparison.md/.json/.png)."
+    )
 
     @field_validator("start_from")
     @classmethod
     def _start_exists(cls, value: str) -> str:
-        if value not in ("auto", "base") and "://" not in value and not Path(value).is_dir():
+        if value.endswith(".toml"):
+            if not Path(value).is_file():
+                raise ValueError(f"{value}: recipe file not found")
+        elif value not in ("auto", "base") and "://" not in value and not Path(value).is_dir():
             raise ValueError(f'{value} is not a checkpoint directory (or use "auto" or "base")')
         return value
 
@@ -208,6 +218,10 @@ def train(policy, per_group: list[list], g: GRPOSettings, *, decoder) -> dict:
 def resolve_start(settings: GRPOSettings) -> Optional[str]:
     if settings.start_from == "base":
         return None
+    if settings.start_from.endswith(".toml"):  # emojikit.pipeline replaces it with that run's checkpoint
+        from emojikit.errors import ConfigError
+
+        raise ConfigError(f"[grpo] start_from: {settings.start_from} is a recipe; emojikit run resolves it to that run's checkpoint")
     if settings.start_from != "auto":
         return settings.start_from
     checkpoints = settings.sft_run / "checkpoints"
@@ -289,7 +303,7 @@ def run(recipe, run_dir) -> None:
     if heldout:
         evaluate(0)
 
-    stop_hint = f"resume with: emojikit run {recipe.path} --resume"
+    stop_hint = recipe.resume_hint()  # repeats the --set values, so it works as printed
     failed_steps = 0  # consecutive steps in which every group was dropped
     with graceful_stop() as stop:
         bar = tqdm(range(start, g.steps), initial=start, total=g.steps, desc="grpo", unit="step")
@@ -346,6 +360,10 @@ def run(recipe, run_dir) -> None:
         atomic_write_text(run_dir.file("before_after.md"), table)
         print(table)
     print(f"final adapter: {run_dir.checkpoint_path(g.steps)}")
+    if g.compare:
+        from emojikit.comparison import write_comparison
+
+        write_comparison(recipe, run_dir, start_ref, str(run_dir.checkpoint_path(g.steps)))
 
 
 def step_statistics(groups: list[Group], kept: list[Group], play_seconds: float) -> dict:
@@ -369,3 +387,14 @@ def before_after_table(before: dict, after: dict) -> str:
     for label, row in (("before", before), ("after", after)):
         lines.append(f"| {label} | {row['success_rate']:.3f} | {row['similarity']:.3f} | {row['mean_turns']:.2f} | {row['format_violations']:.3f} |")
     return "\n".join(lines) + "\n"
+
+
+def preflight(recipe) -> None:
+    """What run() would reject, before a run directory is made: a token budget too small for
+    the decoder's shortest answer (every answer would be empty)."""
+    from emojikit.errors import ConfigError
+    from emojikit.preflight import token_budget_problem
+
+    problem = token_budget_problem(recipe, recipe.settings["game"].max_new_tokens, "[game] max_new_tokens")
+    if problem:
+        raise ConfigError(f"{recipe.path}: {problem}")

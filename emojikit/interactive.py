@@ -118,6 +118,9 @@ def check_checkpoint(checkpoint: Optional[str]) -> Optional[str]:
         return None
     if not Path(checkpoint).is_dir():
         raise InputFileError(f"--checkpoint {checkpoint}: not a checkpoint directory (or \"base\")")
+    from emojikit.preflight import check_checkpoint_files
+
+    check_checkpoint_files(checkpoint)  # a damaged file is named before any model loads
     return str(checkpoint)
 
 

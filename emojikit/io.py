@@ -1,14 +1,64 @@
-"""Small file helpers: atomic writes (temp file then rename) and checked JSONL reading."""
+"""Small file helpers: atomic writes (temp file then rename) and checked JSONL reading.
+
+Writes turn an operating-system failure a user can fix (full disk, read-only location, a file
+where a directory should be) into one OutputError naming the path; reads name file:line for
+a line that is not UTF-8, not JSON, or absurdly long. Every text written passes through
+`emojikit.secrets.scrub`, so a key pasted into any value never reaches a file.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Optional
 
-from emojikit.errors import InputFileError
+from emojikit.errors import InputFileError, OutputError
+
+# Longest line an input file (datasets, prompt files, targets) may have: a longer one is a
+# mistake (a whole file on one line, a binary file) and is reported before any model loads.
+INPUT_LINE_MAX_BYTES = 1 << 20
+
+# Operating-system failures a user can fix, as the words of the one-line error.
+OS_PROBLEMS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EACCES: "permission denied (a read-only location?)",
+    errno.EPERM: "operation not permitted (a read-only location?)",
+    errno.EROFS: "read-only file system",
+    errno.EISDIR: "is a directory, expected a file",
+    errno.ENOTDIR: "a file is in the way where a directory is expected",
+    errno.EEXIST: "a file is in the way where a directory is expected",
+    errno.ENAMETOOLONG: "file name too long",
+}
+
+
+def os_problem(exc: OSError) -> Optional[str]:
+    """The words for a user-fixable OSError, or None for one that is a bug."""
+    return OS_PROBLEMS.get(exc.errno)
+
+
+@contextlib.contextmanager
+def writing(path: Path | str, doing: str = "", *, name_path: bool = False):
+    """Turn a user-fixable OSError raised inside into an OutputError naming the file that
+    failed (or `path` itself, with name_path)."""
+    try:
+        yield
+    except OSError as exc:
+        problem = os_problem(exc)
+        if problem is None:
+            raise
+        where = path if name_path else exc.filename or path
+        raise OutputError(f"{where}: {problem}" + (f" while {doing}" if doing else "")) from None
+
+
+def _scrub(text: str) -> str:
+    from emojikit.secrets import scrub
+
+    return scrub(text)
 
 
 def _umask() -> int:
@@ -20,18 +70,20 @@ def _umask() -> int:
 def atomic_write_text(path: Path | str, text: str) -> None:
     """Write text so a reader never sees a partial file, even after kill -9."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file normal permissions
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = _scrub(text)
+    with writing(path, f"writing {path.name}"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file normal permissions
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)  # the file as it was stays intact
+            raise
 
 
 def atomic_write_jsonl(path: Path | str, rows: Iterable[dict]) -> int:
@@ -43,35 +95,88 @@ def atomic_write_jsonl(path: Path | str, rows: Iterable[dict]) -> int:
 def append_jsonl(path: Path | str, row: dict) -> None:
     """Append one complete line with a single write and fsync; readers skip a torn last line."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    data = (_scrub(json.dumps(row, ensure_ascii=False)) + "\n").encode("utf-8")
+    with writing(path, f"writing {path.name}"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, data)
+            if written != len(data):  # a short write: the disk filled up part-way
+                os.ftruncate(fd, os.fstat(fd).st_size - written)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
-def read_jsonl(path: Path | str, *, tolerate_torn_tail: bool = False) -> Iterator[dict[str, Any]]:
-    """Yield JSON objects; a bad line raises InputFileError naming file:line.
-
-    With tolerate_torn_tail, an unterminated last line (a write cut by kill -9) is skipped.
-    """
+def read_lines(path: Path | str, *, what: str = "file", max_line_bytes: Optional[int] = INPUT_LINE_MAX_BYTES) -> list[tuple[int, str, bool]]:
+    """(line number, text, ends with a newline) of every line; a directory, a line that is
+    not UTF-8 or a line over max_line_bytes raises InputFileError naming file:line."""
     path = Path(path)
     if not path.exists():
         raise InputFileError(f"{path}: file not found")
-    with open(path, encoding="utf-8") as f:
-        lines = f.readlines()
-    for number, line in enumerate(lines, start=1):
+    if path.is_dir():
+        raise InputFileError(f"{path}: is a directory, expected a {what}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputFileError(f"{path}: cannot read ({os_problem(exc) or exc.strerror})") from None
+    lines = []
+    raw_lines = data.split(b"\n")
+    for number, raw in enumerate(raw_lines, start=1):
+        terminated = number < len(raw_lines)
+        if not terminated and not raw:
+            break
+        if max_line_bytes is not None and len(raw) > max_line_bytes:
+            raise InputFileError(f"{path}:{number}: line of {len(raw) / 1e6:.1f} MB, over the {max_line_bytes / 1e6:.1f} MB limit of one line")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputFileError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})") from None
+        lines.append((number, text, terminated))
+    return lines
+
+
+def read_jsonl_numbered(
+    path: Path | str, *, tolerate_torn_tail: bool = False, max_line_bytes: Optional[int] = INPUT_LINE_MAX_BYTES
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, JSON object) of every non-blank line; a bad line raises InputFileError
+    naming file:line. With tolerate_torn_tail, an unterminated last line that is not valid
+    JSON (a write cut by kill -9) is skipped."""
+    path = Path(path)
+    lines = read_lines(path, what="JSONL file", max_line_bytes=max_line_bytes)
+    for index, (number, line, terminated) in enumerate(lines):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            if tolerate_torn_tail and number == len(lines) and not line.endswith("\n"):
+            if tolerate_torn_tail and index == len(lines) - 1 and not terminated:
                 return
             raise InputFileError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
         if not isinstance(row, dict):
             raise InputFileError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        yield number, row
+
+
+def read_jsonl(path: Path | str, *, tolerate_torn_tail: bool = False, max_line_bytes: Optional[int] = None) -> Iterator[dict[str, Any]]:
+    """Yield JSON objects; a bad line raises InputFileError naming file:line.
+
+    With tolerate_torn_tail, an unterminated last line (a write cut by kill -9) is skipped.
+    Input files pass max_line_bytes=INPUT_LINE_MAX_BYTES (read_jsonl_numbered's default).
+    """
+    for _, row in read_jsonl_numbered(path, tolerate_torn_tail=tolerate_torn_tail, max_line_bytes=max_line_bytes):
         yield row
+
+
+def check_writable(directory: Path | str, what: str) -> None:
+    """Make sure files can be created in `directory` (creating it), before hours of work that
+    end by writing there: one OutputError naming it otherwise."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(f"{directory}: is a file, expected a directory for {what}")
+    with writing(directory, f"checking {what}", name_path=True):
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".emojikit-write-check.")
+        os.close(fd)
+        os.unlink(tmp)

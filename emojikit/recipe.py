@@ -60,6 +60,7 @@ RECIPE_SHAPES: dict[str, dict[str, Any]] = {
 }
 
 SECRET_MARKERS = ("api_key", "apikey", "token", "secret", "password")
+SEED_MAX = 2**32 - 1  # what every seeded generator (random, numpy, torch) accepts
 
 
 def import_object(ref: str) -> Any:
@@ -77,6 +78,7 @@ class Recipe:
     components: dict[str, ComponentChoice]
     settings: dict[str, BaseModel]
     data: dict[str, Any] = field(repr=False, default_factory=dict)  # the resolved TOML
+    overrides: list[str] = field(default_factory=list)  # the --set values it was loaded with
     registry: Optional[Registry] = field(repr=False, default=None)  # where the components were found
 
     def has(self, table: str) -> bool:
@@ -89,12 +91,19 @@ class Recipe:
         """Build the component of `table` through the assembly seam (factory + Protocol check)."""
         return self.components[table].build(self.context(run_dir))
 
-
     def runner(self):
         return import_object(RECIPE_SHAPES[self.kind]["runner"])
 
     def to_toml(self) -> str:
         return dump_toml(redact(self.data))
+
+    def resume_hint(self) -> str:
+        """`resume with: emojikit run RECIPE --set ... --resume`, the --set values repeated so
+        the command works as printed (and names the same run directory)."""
+        import shlex
+
+        sets = "".join(f" --set {shlex.quote(redact_text(o))}" for o in self.overrides)
+        return f"resume with: emojikit run {shlex.quote(str(self.path))}{sets} --resume"
 
 
 # --- loading ---------------------------------------------------------------------------
@@ -163,6 +172,8 @@ def resolve_data(
 def read_toml(path: Path) -> dict:
     if not path.exists():
         raise ConfigError(f"{path}: recipe file not found")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory, expected a recipe file (.toml)")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
@@ -199,6 +210,8 @@ def load_recipe(
         errors.append(f"name: expected a non-empty string")
     if not isinstance(seed, int) or isinstance(seed, bool):
         errors.append(f"seed: expected an integer, got {seed!r}")
+    elif not 0 <= seed <= SEED_MAX:
+        errors.append(f"seed: {seed} is out of range; expected 0 to {SEED_MAX}")
     out = data.get("out", f"runs/{name}")
     if not isinstance(out, str):
         errors.append("out: expected a path string")
@@ -246,7 +259,7 @@ def load_recipe(
     if errors:
         raise ConfigError(f"{path}: " + "; ".join(errors))
 
-    recipe = Recipe(path, kind, name, seed, Path(out), components, loop_settings, data, registry=registry)
+    recipe = Recipe(path, kind, name, seed, Path(out), components, loop_settings, data, overrides=list(overrides or []), registry=registry)
     # Preflight: declared API keys, files. Still before any model load or network call.
     ctx = recipe.context()
     for choice in components.values():
@@ -262,12 +275,23 @@ def load_recipe(
 # --- writing ---------------------------------------------------------------------------
 
 
+def redact_text(text: str) -> str:
+    """A known secret value (ANTHROPIC_API_KEY, TINKER_API_KEY from the environment or .env)
+    anywhere in text, replaced by its variable's name."""
+    from emojikit.secrets import scrub
+
+    return scrub(text)
+
+
 def redact(data: Any) -> Any:
-    """Replace the value of every secret-looking key."""
+    """Replace the value of every secret-looking key, and every known secret value pasted
+    into any other field."""
     if isinstance(data, dict):
         return {k: ("<redacted>" if any(m in k.lower() for m in SECRET_MARKERS) and isinstance(v, str) else redact(v)) for k, v in data.items()}
     if isinstance(data, list):
         return [redact(v) for v in data]
+    if isinstance(data, str):
+        return redact_text(data)
     return data
 
 
@@ -295,3 +319,13 @@ def dump_toml(data: dict) -> str:
             lines.append(f"\n[{k}]")
             lines.extend(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())
     return "\n".join(lines) + "\n"
+
+
+def check_ready(recipe: Recipe) -> None:
+    """What the run would reject before training, checked now (by `validate` and `run`, before
+    a run directory is made): the loop module's `preflight(recipe)`, when it has one. It may
+    read the datasets and load a tokenizer, never a model."""
+    module, _, _ = RECIPE_SHAPES[recipe.kind]["runner"].partition(":")
+    preflight = getattr(importlib.import_module(module), "preflight", None)
+    if preflight is not None:
+        preflight(recipe)

@@ -93,6 +93,9 @@ class Registry:
                 if strict:
                     raise
                 self._fail(ep.name, dist, exc)
+        unknown = sorted(allow - {ep.name for ep in metadata.entry_points(group=GROUP)}) if allow else []
+        for name in unknown:  # a typo would otherwise just leave its components out
+            warnings.warn(f"EMOJIKIT_PLUGINS names {name!r}, which is not an installed plugin; installed: {', '.join(sorted({ep.name for ep in metadata.entry_points(group=GROUP)}))}", stacklevel=2)
 
     def register(self, plugin: object, name: str, distribution: str = "", version: str = "") -> None:
         """Register a plugin object or module; hook implementations are validated at once."""

@@ -18,27 +18,42 @@ import shutil
 from pathlib import Path
 from typing import Iterator, Optional
 
-from emojikit.errors import RunDirectoryError
-from emojikit.io import append_jsonl, atomic_write_jsonl, atomic_write_text, read_jsonl
+from emojikit.errors import OutputError, RunDirectoryError
+from emojikit.io import append_jsonl, atomic_write_jsonl, atomic_write_text, os_problem, read_jsonl, writing
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 class RunDir:
-    def __init__(self, path: Path | str, *, resume: bool = False, recipe_toml: Optional[str] = None):
+    def __init__(self, path: Path | str, *, resume: bool = False, recipe_toml: Optional[str] = None, check_recipe: bool = True):
         self.path = Path(path)
         self.resume = resume
         self._lock_fd: Optional[int] = None
+        self.resume_hint = "resume with --resume"  # the CLI sets the full command
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirectoryError(f"{self.path}: is a file, expected a run directory; choose another name with --set name=<new> (or out=<dir>)")
         existing = self.path.exists() and any(p.name != ".lock" for p in self.path.iterdir())
-        if existing and not resume:
+        progress = existing and has_progress(self.path)
+        if progress and not resume:
             raise RunDirectoryError(
                 f"{self.path}: run directory already exists; pass --resume to continue it "
                 f"or choose another name with --set name=<new>"
             )
         if resume and not existing:
             raise RunDirectoryError(f"{self.path}: nothing to resume (the run directory is empty or missing)")
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock()
+        with writing(self.path, "creating the run directory"):
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock()
+        if progress and resume:
+            try:
+                if recipe_toml is not None and check_recipe:
+                    check_same_recipe(self.path / "recipe.toml", recipe_toml)
+                from emojikit.preflight import check_resume
+
+                check_resume(self)  # a damaged last checkpoint is named before any model loads
+            except BaseException:
+                self.close()
+                raise
         if recipe_toml is not None:
             atomic_write_text(self.path / "recipe.toml", recipe_toml)
 
@@ -98,17 +113,25 @@ class RunDir:
         """Yield a temporary directory; it is renamed to checkpoints/step_N once complete."""
         final = self.checkpoint_path(step)
         tmp = self.checkpoints / f".step_{step}.tmp"
+        doing = f"saving checkpoint step_{step}; the earlier checkpoints are intact (free the space, then {self.resume_hint})"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        with writing(tmp, doing):
+            tmp.mkdir(parents=True)
         try:
             yield tmp
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if os_problem(exc) is None:
+                raise
+            raise OutputError(f"{exc.filename or tmp}: {os_problem(exc)} while {doing}") from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        atomic_write_text(self.checkpoints / "latest.json", json.dumps({"step": step, "path": str(final)}) + "\n")
+        with writing(final, doing):
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            atomic_write_text(self.checkpoints / "latest.json", json.dumps({"step": step, "path": str(final)}) + "\n")
 
     def resume_policy(self, policy, logs: tuple[str, ...]) -> int:
         """On --resume: load the last complete checkpoint into policy and drop log rows written
@@ -129,3 +152,63 @@ class RunDir:
             return None
         steps = [(int(m.group(1)), p) for p in self.checkpoints.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
         return max(steps) if steps else None
+
+
+NO_PROGRESS = ((".lock",), ("recipe.toml",), ("stage.json",))  # files every started run has
+
+
+def has_progress(path: Path) -> bool:
+    """True when a run directory holds work: a non-empty file beyond its lock, its recipe.toml,
+    its stage record and the temporary folder of a checkpoint cut short. A directory holding no progress (a run that
+    failed right after starting) may be started again without --resume."""
+    for p in path.rglob("*"):
+        rel = p.relative_to(path).parts
+        if rel in NO_PROGRESS or any(part.startswith(".") and part.endswith(".tmp") for part in rel):
+            continue
+        if p.is_file() and p.stat().st_size > 0:
+            return True
+    return False
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _short(value: object) -> str:
+    text = "(unset)" if value is _UNSET else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_UNSET = object()
+
+
+def recipe_differences(recorded_toml: str, new_toml: str) -> list[str]:
+    """`key (recorded -> new)` for every key whose value differs between two resolved recipes."""
+    import tomllib
+
+    old, new = _flatten(tomllib.loads(recorded_toml)), _flatten(tomllib.loads(new_toml))
+    keys = sorted(set(old) | set(new))
+    return [f"{k} ({_short(old.get(k, _UNSET))} -> {_short(new.get(k, _UNSET))})" for k in keys if old.get(k, _UNSET) != new.get(k, _UNSET)]
+
+
+def check_same_recipe(recorded: Path, recipe_toml: str) -> None:
+    """--resume continues the run the directory records: a different recipe (kind, seed, any
+    setting) is refused, naming the keys, and recipe.toml is never overwritten silently."""
+    if not recorded.is_file():
+        return
+    try:
+        differences = recipe_differences(recorded.read_text(encoding="utf-8"), recipe_toml)
+    except (UnicodeDecodeError, ValueError):
+        raise RunDirectoryError(f"{recorded}: not a readable recipe; the run directory is damaged (start a new run with --set name=<new>)") from None
+    if differences:
+        shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+        raise RunDirectoryError(
+            f"{recorded.parent}: --resume with a recipe that differs from the run's recorded recipe.toml: {shown}; "
+            f"resume with the recipe and --set values the run was started with, or start a new run with --set name=<new>"
+        )

@@ -17,12 +17,15 @@ from pydantic import Field, field_validator
 
 from emojikit.config import ConfigModel
 from emojikit.errors import InputFileError
-from emojikit.io import read_jsonl
+from emojikit.io import read_jsonl_numbered
 
 MAKE_DATA = "emojikit run recipes/data.toml"
 
 
 class SFTSettings(ConfigModel):
+    data: Optional[Path] = Field(
+        None, description="The data recipe that makes train_file and test_file (e.g. recipes/data.toml): emojikit run runs it first when its run is missing or stale; a plain train_file/test_file still wins."
+    )
     train_file: Path = Field(Path("runs/data/sft_train.jsonl"), description="Chat-format JSONL made by a data recipe.")
     test_file: Path = Field(Path("runs/data/sft_test.jsonl"), description="Held-out chat-format JSONL (eval NLL, final report).")
     max_train_examples: Optional[int] = Field(None, ge=1, description="Use only the first N training examples.")
@@ -40,6 +43,7 @@ class SFTSettings(ConfigModel):
     max_new_tokens: int = Field(24, ge=1, description="Token budget of the fixed-prompt samples and the final report (leave room for the longest training answer).")
     report_examples: int = Field(100, ge=0, description="Held-out prompts in the final format report (0: skip).")
     report_temperature: float = Field(0.7, ge=0)
+    max_invalid_answers: float = Field(0.05, ge=0, le=1, description="Largest share of training answers that may break the emoji format (the decoder's, else 2-8 emoji) before the run is refused; a smaller share is a warning.")
 
     @field_validator("train_file", "test_file")
     @classmethod
@@ -49,20 +53,73 @@ class SFTSettings(ConfigModel):
         load_chats(path)  # a bad line fails here, naming file:line, before a run directory is made
         return path
 
+    @field_validator("data")
+    @classmethod
+    def _recipe_exists(cls, path: Optional[Path]) -> Optional[Path]:
+        if path is not None and (path.suffix != ".toml" or not path.is_file()):
+            raise ValueError(f"{path} is not a recipe file (a data recipe such as recipes/data.toml)")
+        return path
+
+def chat_problem(messages) -> Optional[str]:
+    """Why `messages` is not a chat SFT can train on (None when it is): an optional system
+    message, then user and assistant alternating, ending with a non-empty assistant answer;
+    every content a string."""
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages) or messages[-1]["role"] != "assistant":
+        return 'expected {"messages": [...]} ending with an assistant message'
+    for i, m in enumerate(messages):
+        if not isinstance(m["content"], str):
+            return f"message {i + 1} ({m['role']}): content must be a string, got {json.dumps(m['content'])[:40]}"
+    roles = [m["role"] for m in messages]
+    body = roles[1:] if roles[0] == "system" else roles
+    expected = ["user", "assistant"] * (len(body) // 2 + 1)
+    if not body or body != expected[: len(body)]:
+        return f"roles {', '.join(roles)}: expected an optional system message, then user and assistant alternating"
+    if not messages[-1]["content"].strip():
+        return "empty assistant answer"
+    return None
+
 
 def load_chats(path: Path, limit: Optional[int] = None) -> list[list[dict]]:
     """Chat examples ({"messages": [...]} ending with the assistant's answer)."""
     chats = []
-    for number, row in enumerate(read_jsonl(path), start=1):
+    for number, row in read_jsonl_numbered(path):
         messages = row.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages) or messages[-1]["role"] != "assistant":
-            raise InputFileError(f"{path}:{number}: expected {{\"messages\": [...]}} ending with an assistant message")
+        problem = chat_problem(messages)
+        if problem is not None:
+            raise InputFileError(f"{path}:{number}: {problem}")
         chats.append(messages)
         if limit and len(chats) >= limit:
             break
     if not chats:
         raise InputFileError(f"{path}: no examples")
     return chats
+
+
+def preflight(recipe) -> None:
+    """What run() would reject, checked before a run directory is made: training answers
+    outside the recipe's emoji format (over [sft] max_invalid_answers fails, fewer warn) and a
+    token budget too small for the decoder's shortest answer."""
+    from emojikit.emojis import is_emoji_only
+    from emojikit.errors import ConfigError
+    from emojikit.preflight import token_budget_problem, warn
+
+    s: SFTSettings = recipe.settings["sft"]
+    config = recipe.components["decoder"].config if recipe.has("decoder") else None
+    lo, hi = getattr(config, "min_emoji", 2), getattr(config, "max_emoji", 8)
+    rows = list(read_jsonl_numbered(s.train_file))[: s.max_train_examples]
+    bad = [n for n, row in rows if not is_emoji_only(row["messages"][-1]["content"], lo, hi)]
+    if bad:
+        share = len(bad) / len(rows)
+        text = (
+            f"[sft] train_file: {len(bad)} of {len(rows)} answers ({share:.1%}) are not {lo}-{hi} emoji only "
+            f"(first at {s.train_file}:{bad[0]})"
+        )
+        if share > s.max_invalid_answers:
+            raise ConfigError(f"{recipe.path}: {text}, over [sft] max_invalid_answers = {s.max_invalid_answers}; fix the data or raise max_invalid_answers")
+        warn(f"{recipe.path}: {text}; they are trained on as they are")
+    problem = token_budget_problem(recipe, s.max_new_tokens, "[sft] max_new_tokens")
+    if problem:
+        raise ConfigError(f"{recipe.path}: {problem}")
 
 
 def chat_datum(policy, messages: list[dict]):
@@ -128,7 +185,7 @@ def run(recipe, run_dir) -> None:
     sample_chats = [chat[:-1] for chat in test[: s.sample_prompts]]
     sample_params = SamplingParams(max_tokens=s.max_new_tokens, temperature=s.report_temperature, seed=recipe.seed)
 
-    stop_hint = f"resume with: emojikit run {recipe.path} --resume"
+    stop_hint = recipe.resume_hint()  # repeats the --set values, so it works as printed
     with graceful_stop() as stop:
         bar = tqdm(range(start, steps), initial=start, total=steps, desc="sft", unit="step")
         for step in bar:

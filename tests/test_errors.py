@@ -96,8 +96,9 @@ CASES = [
     Case("sft-train-bad-json", ["run", "sft.toml"], ["sft.toml: [sft] train_file: train.jsonl:3: not valid JSON"], files={"train.jsonl": BAD_TRAIN}),
     Case("sft-train-wrong-shape", ["run", "sft.toml"], ['[sft] train_file: train.jsonl:2: expected {"messages": [...]} ending with an assistant message'], files={"train.jsonl": NO_ANSWER}),
     Case("sft-test-empty", ["run", "sft.toml"], ["[sft] test_file: test.jsonl: no examples"], files={"test.jsonl": ""}),
-    Case("sft-dataset-missing", ["run", str(RECIPES / "sft.toml"), "--set", "out=run"],
+    Case("sft-dataset-missing", ["run", "sft.toml", "--set", "sft.train_file=runs/data/sft_train.jsonl"],
          ["[sft] train_file: file not found: runs/data/sft_train.jsonl (make it with: emojikit run recipes/data.toml)"]),
+    Case("sft-data-recipe-missing", ["run", "sft.toml", "--set", "sft.data=data.toml"], ["sft.toml: [sft] data: data.toml is not a recipe file"]),
     Case("prompts-missing-text-field", ["run", str(RECIPES / "data.toml"), "--set", 'prompts={ use = "jsonl", path = "prompts.jsonl" }'],
          ["data.toml: [prompts] prompts.jsonl:2: expected a non-empty string in field 'text'"],
          files={"prompts.jsonl": jsonl([{"text": "hello"}, {"message": "no text field"}])}),
@@ -109,7 +110,6 @@ CASES = [
          ["eval.toml: [eval] checkpoints: runs/sft/checkpoints/step_3 is not a checkpoint directory"]),
     # run directories
     Case("resume-nothing", ["run", "sft.toml", "--resume"], ["run: nothing to resume (the run directory is empty or missing)"]),
-    Case("run-dir-exists", ["run", "sft.toml"], ["run: run directory already exists; pass --resume to continue it or choose another name"], setup=existing_run),
     Case("run-dir-locked", ["run", "sft.toml", "--resume"], ["run: run directory is in use by another emojikit process"], setup=existing_run, lock_run_dir=True),
     Case("inspect-no-run", ["inspect", "runs/nothing"], ["runs/nothing: no such run directory"]),
     # CLI arguments

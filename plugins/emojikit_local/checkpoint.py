@@ -42,10 +42,15 @@ def write_atomically(path: Path, fill: Callable[[Path], None]) -> None:
         raise
 
 
-def check_checkpoint(ref: str) -> Path:
+def check_checkpoint(ref: str, *, resuming: bool = False) -> Path:
+    """The checkpoint directory, its files checked before torch reads them (empty or truncated
+    weights, invalid JSON, and on resume a corrupt optimizer or RNG state name the file)."""
+    from emojikit.preflight import check_checkpoint_files
+
     path = Path(ref)
     if not (path / ADAPTER_FILE).exists() or not (path / "adapter_config.json").exists():
         raise InputFileError(f"{path}: not a checkpoint of the local backend (expected {ADAPTER_FILE} and adapter_config.json)")
+    check_checkpoint_files(path, resuming=resuming)
     return path
 
 

@@ -296,7 +296,7 @@ class LocalPolicy:
     def load(self, ref: str, *, with_optimizer: bool = True) -> None:
         from peft import load_peft_weights, set_peft_model_state_dict
 
-        path = checkpoint.check_checkpoint(ref)
+        path = checkpoint.check_checkpoint(ref, resuming=with_optimizer)
         weights = load_peft_weights(str(path), device=str(self.device))
         try:
             result = set_peft_model_state_dict(self.model, weights, adapter_name=TRAINED)

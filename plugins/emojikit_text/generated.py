@@ -43,6 +43,12 @@ class GeneratedSource:
         self.config = config
         self.seed = seed + config.seed_offset
 
+    def capacity(self) -> int:
+        """At most this many distinct messages (the sum of every template's combinations)."""
+        from emojikit_text.grammar import combinations
+
+        return sum(combinations(c) for c in self.config.categories)
+
     def messages(self, n: Optional[int] = None) -> Iterator[Message]:
         """Round-robin over the categories, skipping repeats; the same seed gives the same sequence.
 

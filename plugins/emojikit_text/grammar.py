@@ -234,3 +234,24 @@ def check_templates() -> None:
                     _resolve(slot)
                 except KeyError:
                     raise KeyError(f"{category}: template {template!r} uses unknown slot {slot!r}") from None
+
+
+_TOKEN = re.compile(r"\{([a-z_]+)\}|\[([^\[\]]*)\]")
+
+
+def _combinations(text: str, depth: int = 0) -> int:
+    if depth > 8:
+        return 1
+    total = 1
+    for match in _TOKEN.finditer(text):
+        if match.group(1):
+            total *= sum(_combinations(w, depth + 1) for w in _resolve(match.group(1))[1])
+        else:
+            total *= sum(_combinations(a, depth + 1) for a in match.group(2).split("|"))
+    return total
+
+
+def combinations(category: str) -> int:
+    """An upper bound on the distinct messages of a category: every template's slot and
+    choice combinations (the prompt source's capacity, checked at validation)."""
+    return sum(_combinations(t) for t in TEMPLATES[category])

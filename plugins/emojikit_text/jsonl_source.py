@@ -7,13 +7,13 @@ from typing import Iterator, Optional
 from pydantic import Field
 
 from emojikit.components import BuildContext, Message
-from emojikit.config import ConfigModel, ExistingPath
+from emojikit.config import ConfigModel, ExistingFile
 from emojikit.errors import InputFileError
-from emojikit.io import read_jsonl
+from emojikit.io import read_jsonl_numbered
 
 
 class JsonlConfig(ConfigModel):
-    path: ExistingPath = Field(..., description="JSONL file, one JSON object per line.")
+    path: ExistingFile = Field(..., description="JSONL file, one JSON object per line.")
     field: str = Field("text", description="Key holding the message text.")
     category_field: Optional[str] = Field("category", description="Key holding the category (None = every message is 'unknown').")
 
@@ -32,16 +32,15 @@ def read_messages(config: JsonlConfig) -> list[Message]:
 
 
 def _numbered(config: JsonlConfig):
-    # read_jsonl skips blank lines, so keep the real line numbers alongside.
-    rows = read_jsonl(config.path)
-    with open(config.path, encoding="utf-8") as f:
-        numbers = [i for i, line in enumerate(f, start=1) if line.strip()]
-    return zip(numbers, rows)
+    return read_jsonl_numbered(config.path)  # real line numbers; not UTF-8 or a huge line: file:line
 
 
 class JsonlSource:
     def __init__(self, config: JsonlConfig):
         self.config = config
+
+    def capacity(self) -> int:
+        return len(read_messages(self.config))
 
     def messages(self, n: Optional[int] = None) -> Iterator[Message]:
         """The file's messages in order (the file fixes the order; the seed does not change it)."""

@@ -50,6 +50,8 @@ class FakeAnthropic:
         self.max_inflight = 0
         self.keys_seen: set[str] = set()
         self.base_url = ""
+        self.results_faults: deque = deque()  # "cut" (body cut off) or "stall" (body stops mid-way)
+        self.stall_s = 1.5
 
     def count(self, route: str) -> int:
         return sum(1 for r, _ in self.calls if r == route)
@@ -167,6 +169,20 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(200, fake.batch_json(batch_id))
             if route == "batch_results":
                 lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in fake.batches[batch_id]["results"])
+                with fake.lock:
+                    fault = fake.results_faults.popleft() if fake.results_faults else None
+                if fault is not None:  # promise the whole body, send half of it, then stop
+                    body = lines.encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "application/binary")
+                    self.send_header("content-length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    if fault == "stall":
+                        time.sleep(fake.stall_s)
+                    self.close_connection = True
+                    return None
                 return self._send(200, lines.encode(), content_type="application/binary")
             return self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
         finally:
@@ -533,3 +549,37 @@ def test_base_url_from_environment(fake, monkeypatch):
     judge = ClaudeJudge(ClaudeJudgeConfig(**FAST), BuildContext())
     judge.guess([JudgeView(["🍕"])])
     assert fake.count("messages") == 1
+
+
+# --- reliability, round two (issue 20) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("fault", ["cut", "stall"])
+def test_results_download_cut_off_or_stalled_mid_body_is_retried(fake, tmp_path, fault, capfd):
+    fake.results_faults.append(fault)
+    fake.polls_before_end = 1
+    teacher = teacher_for(fake, tmp_path, batch_threshold=3)
+    if fault == "stall":
+        teacher.client = teacher.client.with_options(timeout=0.5)
+    assert teacher.answer(MESSAGES) == ["🍕🍺"] * 6
+    assert fake.count("batch_create") == 1 and fake.count("batch_results") == 2
+    shown = capfd.readouterr().err
+    # The user sees the batch, its state and the retry while waiting, not only the log.
+    assert "claude teacher: batch msgbatch_0000 in_progress" in shown and "claude teacher: batch msgbatch_0000 ended" in shown
+    assert "fetch batch results: " in shown and "retry 1 of 6" in shown
+
+
+def test_messages_api_records_each_answer_as_it_arrives(fake, tmp_path):
+    """Two of six requests fail for good part-way: the four answers that came back are on file,
+    and the re-run pays only for the two."""
+    fake.fail("messages", (500, {}), (500, {}))
+    fake.delay_s = 0.05
+    first = teacher_for(fake, tmp_path, batch_threshold=100, concurrency=6, max_retries=0)
+    with pytest.raises(RemoteServiceError, match="HTTP 500"):
+        first.answer(MESSAGES)
+    assert fake.count("messages") == 6
+    recorded = (tmp_path / ANSWERS_FILE).read_text(encoding="utf-8").splitlines()
+    assert len(recorded) == 4
+    again = teacher_for(fake, tmp_path, batch_threshold=100, concurrency=6)
+    assert again.answer(MESSAGES) == ["🎉🙂"] * 6
+    assert fake.count("messages") == 6 + 2

@@ -332,3 +332,17 @@ if __name__ == "__main__":  # print each case's exact error, to keep docs/errors
         with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
             result, _ = run_case(case, Path(tmp), mp)
             print(f"| {case.id} | `emojikit {' '.join(case.args)}` | `{result.stderr.strip()[:300]}` |")
+
+
+def test_token_budget_too_small_for_min_emoji_is_a_validation_error(tmp_path, monkeypatch):
+    """SmolLM2's tokenizer needs 4 tokens for two emoji: a 3-token budget could only ever give
+    empty answers, so validation refuses it (before any model loads, no run directory)."""
+    recipe = SFT + '[decoder]\nuse = "emoji-mask"\n'
+    case = Case("budget", ["run", "sft.toml", "--set", "sft.max_new_tokens=3"], [], files={"sft.toml": recipe})
+    result, _ = run_case(case, tmp_path, monkeypatch)
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert "[sft] max_new_tokens: 3 tokens cannot hold the decoder's min_emoji=2 emoji under the tokenizer of bundled:smollm2-135m-instruct (the fewest is 4 tokens" in line
+    assert not (tmp_path / "run").exists()
+    ok = CliRunner().invoke(cli, ["validate", "sft.toml", "--set", "sft.max_new_tokens=4"], catch_exceptions=False)
+    assert ok.exit_code == 0, ok.output

@@ -16,6 +16,15 @@ from typing import Any, Callable, Optional, TypeVar
 
 import anthropic
 
+try:  # the SDK's own HTTP library: httpx2 in anthropic 2.x, httpx before
+    import httpx2 as _http
+except ImportError:  # pragma: no cover
+    import httpx as _http
+
+# Errors of a response body read after the status line (batch results stream): a body cut off
+# (RemoteProtocolError) or stalled past the timeout (ReadTimeout). Retried like a dropped connection.
+TRANSPORT_ERRORS = (_http.TransportError,)
+
 from emojikit.errors import RemoteServiceError
 from emojikit.secrets import require_key, scrub
 from emojikit_claude.settings import API_KEY_VAR, ClaudeClientConfig
@@ -74,8 +83,10 @@ def _describe(exc: BaseException) -> str:
         err = body.get("error") if isinstance(body.get("error"), dict) else {}
         detail = f"{err.get('type', '')}: {err.get('message', '')}".strip(": ") or exc.message
         return f"HTTP {exc.status_code} {detail}"
-    if isinstance(exc, anthropic.APITimeoutError):
+    if isinstance(exc, (anthropic.APITimeoutError, _http.TimeoutException)):
         return "request timed out"
+    if isinstance(exc, _http.TransportError):
+        return f"connection error ({type(exc).__name__}: {exc})"
     return f"connection error ({type(exc.__cause__ or exc).__name__})"
 
 
@@ -89,6 +100,8 @@ class Backoff:
     retry_after_max_s: float = 600.0
     sleep: Callable[[float], None] = time.sleep
     rng: random.Random = field(default_factory=random.Random)
+    # Shown to the user as each retry is decided (the teacher prints it; logs get it at INFO).
+    notify: Optional[Callable[[str], None]] = None
 
     @classmethod
     def from_config(cls, cfg: ClaudeClientConfig) -> "Backoff":
@@ -112,6 +125,8 @@ class Backoff:
                 error: BaseException = exc
             except anthropic.APIConnectionError as exc:  # includes APITimeoutError
                 retryable, status, retry_after, error = True, None, None, exc
+            except TRANSPORT_ERRORS as exc:  # a body cut off or stalled mid-stream (batch results)
+                retryable, status, retry_after, error = True, None, None, exc
             if not retryable:
                 raise APICallError(scrub(f"Anthropic API, {what}: {_describe(error)}"), status) from None
             if retry == self.max_retries:
@@ -120,6 +135,8 @@ class Backoff:
                 ) from None
             wait = self.delay(retry, retry_after)
             log.info("Anthropic API, %s: %s; retrying in %.2fs", what, scrub(_describe(error)), wait)
+            if self.notify is not None:
+                self.notify(scrub(f"{what}: {_describe(error)}; retry {retry + 1} of {self.max_retries} in {wait:.1f}s"))
             self.sleep(wait)
         raise AssertionError("unreachable")
 

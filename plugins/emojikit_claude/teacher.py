@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sys
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
@@ -42,6 +43,7 @@ class ClaudeTeacher:
         self.cfg = cfg
         self.client = client if client is not None else make_client(cfg, "the claude teacher")
         self.backoff = Backoff.from_config(cfg)
+        self.backoff.notify = self.say
         self.sleep = time.sleep  # between batch polls; tests replace it
         self.run_dir: Optional[Path] = Path(ctx.run_dir) if ctx.run_dir is not None else None
         self._known: dict[str, dict] = {}  # custom id -> {"emoji": ...} or {"dropped": reason}
@@ -49,6 +51,11 @@ class ClaudeTeacher:
         self._load_state()
         # Outcome counts of the last answer() call, plus what it cost (requests, batches).
         self.stats: Counter[str] = Counter()
+
+    def say(self, text: str) -> None:
+        """A line for the user while they wait (batch id, state, retries), on stderr."""
+        log.info("claude teacher: %s", text)
+        print(f"claude teacher: {text}", file=sys.stderr, flush=True)
 
     # -- state files ---------------------------------------------------------------------
 
@@ -137,20 +144,32 @@ class ClaudeTeacher:
         return self.backoff.call(lambda: self.client.messages.create(**self._params(text)), "teacher message")
 
     def _answer_directly(self, todo: list[str], texts: dict[str, str]) -> dict[str, str]:
+        """Each answer is recorded as it arrives, so a failure part-way never pays again for
+        what came back; after a failure that stops the run, requests not yet sent are not sent."""
         unbilled: dict[str, str] = {}
+        failure: Optional[BaseException] = None
         with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
-            futures = {cid: pool.submit(self._ask, texts[cid]) for cid in todo}
-            for cid, future in futures.items():
+            futures = {pool.submit(self._ask, texts[cid]): cid for cid in todo}
+            for future in as_completed(futures):
+                cid = futures[future]
+                if future.cancelled():
+                    continue
                 self.stats["requests"] += 1
                 try:
                     reply = future.result()
                 except APICallError as exc:
                     # A request the API rejects (400) fails alone; anything else stops the run.
                     if exc.status != 400:
-                        raise
+                        if failure is None:
+                            failure = exc
+                            for pending in futures:
+                                pending.cancel()
+                        continue
                     unbilled[cid] = "errored"
                     continue
                 self._record(cid, self._outcome(text_of(reply)))
+        if failure is not None:
+            raise failure
         return unbilled
 
     # -- bulk: the Message Batches API -------------------------------------------------------
@@ -177,9 +196,12 @@ class ClaudeTeacher:
         started = time.monotonic()
         while True:
             state = self.backoff.call(lambda: self.client.messages.batches.retrieve(batch_id), "poll message batch")
+            waited = time.monotonic() - started
+            counts = getattr(state, "request_counts", None)
+            shown = f" ({', '.join(f'{k} {v}' for k, v in counts.model_dump().items() if v)})" if counts is not None else ""
+            self.say(f"batch {batch_id} {state.processing_status}{shown}; waited {waited:.0f}s")
             if state.processing_status == "ended":
                 break
-            waited = time.monotonic() - started
             if waited >= self.cfg.max_wait_s:
                 raise RemoteServiceError(
                     f"message batch {batch_id} is still {state.processing_status} after {waited:.0f}s; "

@@ -397,14 +397,17 @@ IMAGES = REPO / "docs" / "img"
 
 
 @pytest.fixture(scope="module")
-def live_url(real_service):
-    """The app under uvicorn on a free loopback port, in a thread."""
+def live_url(real_service, tmp_path_factory):
+    """The app under uvicorn on a free loopback port, in a thread (the Runs mode on a synthetic run)."""
     import uvicorn
+
+    runs_root = tmp_path_factory.mktemp("runs")
+    make_run(runs_root)
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(real_service), host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(create_app(real_service, runs_root=runs_root), host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -497,6 +500,7 @@ def test_browser_plays_a_guess_game_and_a_send_game(real_service, live_url, brow
     assert find("#send-error").text == "" and find("#send-turns .emoji").text == "🍕🌙"
     assert find("#send-turns .similarity").text
     wait_for(browser, lambda: find("#send-result").text or find("#send-input").is_enabled(), what="the next turn")
+    browser.save_screenshot(str(IMAGES / "serve-send.png"))  # the judge's first guess, the picker open
     if not find("#send-result").text:  # a miss: one more turn (grpo.toml plays 2)
         find("#picker-search").clear()
         find("#picker-search").send_keys("night")
@@ -506,7 +510,19 @@ def test_browser_plays_a_guess_game_and_a_send_game(real_service, live_url, brow
         find("#send-submit").click()
         wait_for(browser, lambda: find("#send-result").text, what="the result")
     assert "The message was" in find("#send-result").text
-    browser.save_screenshot(str(IMAGES / "serve-send.png"))
 
     # both finished games are in the log, in order
     assert [r["mode"] for r in read_games(real_service.log.path)][-2:] == ["guess", "send"]
+
+    # Watch: the model against the judge, turn by turn; Runs: a run's curves and episodes.
+    find("#tab-watch").click()
+    find("#watch-message").send_keys(TARGET)
+    find("#watch-new").click()
+    wait_for(browser, lambda: find("#watch-result").text, what="the watched game")
+    assert find("#watch-target").text == TARGET and browser.find_elements(By.CSS_SELECTOR, "#watch-turns .guess-text")
+    browser.save_screenshot(str(IMAGES / "serve-watch.png"))
+    find("#tab-runs").click()
+    wait_for(browser, lambda: len(browser.find_elements(By.CSS_SELECTOR, "#runs-curves svg")) == 4, 30, "the run's curves")
+    wait_for(browser, lambda: len(browser.find_elements(By.CSS_SELECTOR, "#runs-episodes .episode")) == 3, 30, "the run's episodes")
+    assert find("#runs-episodes .guess-text").text == SCRIPT and browser.execute_script("return window.pwned === undefined")
+    browser.save_screenshot(str(IMAGES / "serve-runs.png"))

@@ -294,6 +294,29 @@ def test_human_figures_sit_next_to_the_model_judges(tmp_path):
     assert "| runs/x | 0 | - | - | - | 0.500 | 0.700 |" in table and "`retrieval` judge" in table
 
 
+def test_eval_human_games_reports_next_to_the_model_judge(tmp_path, monkeypatch):
+    """The CLI wiring: the checkpoints people played are evaluated, and the human table lands
+    beside eval.json (the model game itself is stubbed: test_interactive plays it for real)."""
+    import emojikit.evaluate
+
+    played = []
+
+    def fake_eval(recipe, run_dir):
+        played.append(recipe.settings["eval"].checkpoints)
+        results = {"judge": "retrieval", "checkpoints": {c: {"masked": {"success_rate": 0.5, "similarity": 0.6}} for c in recipe.settings["eval"].checkpoints}}
+        (run_dir.path / "eval.json").write_text(json.dumps(results))
+
+    monkeypatch.setattr(emojikit.evaluate, "run", fake_eval)
+    games = tmp_path / "human_games.jsonl"
+    games.write_text(json.dumps({"mode": "guess", "checkpoint": "base", "turns": [{}], "success": True, "similarity": 0.9, "n_turns": 1}) + "\n" + '{"mode": "gu')
+    result = CliRunner().invoke(cli, ["eval", "--recipe", str(REPO / "recipes/eval.toml"), "--human-games", str(games), "--out", str(tmp_path / "eval")])
+    assert result.exit_code == 0, result.output
+    assert played == [["base"]]
+    row = "| base | 1 | 1.000 | 0.900 | 1.00 | 0.500 | 0.600 |"
+    assert row in result.stdout and row in (tmp_path / "eval" / "human_games.md").read_text()
+    assert json.loads((tmp_path / "eval" / "human_games.json").read_text())["human_judge"]["base"]["games"] == 1
+
+
 def test_eval_human_games_errors_are_one_line(tmp_path):
     result = CliRunner().invoke(cli, ["eval", "--human-games", str(tmp_path / "missing.jsonl")])
     assert result.exit_code == 2 and "missing.jsonl: file not found" in result.stderr

@@ -59,7 +59,7 @@ def comparison_recipe(recipe):
 def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optional[str]:
     """Play the held-out targets with every row; write and return the markdown table."""
     from emojikit.evaluate import EvalSettings, evaluate_checkpoints, game_chart, game_markdown
-    from emojikit.grpo import split_targets
+    from emojikit.targets import split_targets
 
     g = recipe.settings["grpo"]
     heldout, _ = split_targets(recipe, g, run_dir)

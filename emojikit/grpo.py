@@ -20,6 +20,7 @@ from pydantic import Field, field_validator
 from emojikit.components import Episode, Message
 from emojikit.config import ConfigModel
 from emojikit.metrics import summarize  # noqa: F401 - the game figures every loop reports
+from emojikit.targets import split_targets  # noqa: F401 - (held-out, training) targets of a run
 
 EPISODES_FILE = "episodes.jsonl"
 METRICS_FILE = "metrics.jsonl"
@@ -236,27 +237,6 @@ def evaluate_game(policy, decoder, judge, reward, targets, game_settings, temper
     sampling = SamplingParams(max_tokens=game_settings.max_new_tokens, temperature=temperature, seed=seed)
     episodes = play(policy, decoder, judge, reward, targets, settings=game_settings, sampling=sampling, group_size=1)
     return {"targets": len(targets), **summarize(episodes), "failed_episodes": sum(ep.failed for ep in episodes)}
-
-
-def split_targets(recipe, g: GRPOSettings, run_dir) -> tuple[list[Message], list[Message]]:
-    """(held-out, training) targets; held-out ones never train, even when the prompt source repeats them."""
-    from emojikit.errors import ConfigError, InputFileError
-
-    source = recipe.build("prompts", run_dir.path)
-    if g.heldout_file is not None:
-        from emojikit.evaluate import read_targets
-
-        if not Path(g.heldout_file).is_file():
-            raise InputFileError(f"{recipe.path}: [grpo] heldout_file: {g.heldout_file} does not exist (make it with: emojikit run recipes/data.toml)")
-        heldout = read_targets(g.heldout_file, g.eval_targets) if g.eval_targets else []
-        held = {m.text for m in heldout}
-        train = [m for m in source.messages(g.target_pool + len(held)) if m.text not in held][: g.target_pool]
-    else:
-        messages = list(source.messages(g.eval_targets + g.target_pool))
-        heldout, train = messages[: g.eval_targets], messages[g.eval_targets :]
-    if not train:
-        raise ConfigError(f"{recipe.path}: [grpo] eval_targets: the prompt source gave no messages for training")
-    return heldout, train
 
 
 # --- the loop ---------------------------------------------------------------------------------

@@ -244,7 +244,10 @@ class GameService:
     def _finish(self, game: Game) -> None:
         game.status = "finished"
         if game.mode != "watch" and self.log is not None:
-            self.log.append(self.record(game))
+            try:
+                self.log.append(self.record(game))
+            except Exception as exc:  # e.g. a full disk: the person must know the game was not kept
+                game.status, game.error = "error", f"The game could not be saved: {str(exc)[:200]}"
 
     def record(self, game: Game) -> dict:
         """The game's row in the human-game log."""

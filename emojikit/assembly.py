@@ -161,6 +161,17 @@ def preflight(choice: ComponentChoice, ctx: BuildContext) -> None:
         raise _plugin_failure(choice, "preflight", exc) from exc
 
 
+def preflight_errors(choices, ctx: BuildContext) -> list[str]:
+    """Preflight every choice; the one-line problems of all of them (empty when all pass)."""
+    errors = []
+    for choice in choices:
+        try:
+            preflight(choice, ctx)
+        except EmojikitError as exc:
+            errors.append(str(exc))
+    return errors
+
+
 def construct(choice: ComponentChoice, ctx: BuildContext) -> Any:
     """Run the factory and check the result against the kind's Protocol."""
     spec = choice.spec

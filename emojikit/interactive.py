@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 
 from pydantic import ValidationError
 
-from emojikit.assembly import COMPONENT_TABLES, ComponentChoice, choose, construct, context, format_validation, preflight
+from emojikit.assembly import COMPONENT_TABLES, ComponentChoice, choose, construct, context, format_validation, preflight_errors
 from emojikit.components import BuildContext, Episode, EpisodeTurn, Message, is_success, success_threshold
 from emojikit.errors import ConfigError, EmojikitError, InputFileError
 from emojikit.format import format_of
@@ -94,11 +94,7 @@ def build_parts(
         game = GameSettings()
     if errors:
         raise ConfigError(where + "; ".join(errors))
-    for choice in picked.values():
-        try:
-            preflight(choice, ctx)
-        except EmojikitError as exc:
-            errors.append(str(exc))
+    errors = preflight_errors(picked.values(), ctx)
     if errors:
         raise ConfigError(where + "; ".join(errors))
     return Parts({table: construct(choice, ctx) for table, choice in picked.items()}, game, picked)

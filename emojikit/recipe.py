@@ -16,8 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ValidationError
 
-from emojikit.assembly import COMPONENT_TABLES, ComponentChoice, choose, context, format_validation
-from emojikit.assembly import preflight as preflight_component
+from emojikit.assembly import COMPONENT_TABLES, ComponentChoice, choose, context, format_validation, preflight_errors
 from emojikit.components import BuildContext
 from emojikit.errors import ConfigError, EmojikitError
 from emojikit.registry import Registry, did_you_mean, get_registry
@@ -261,12 +260,7 @@ def load_recipe(
 
     recipe = Recipe(path, kind, name, seed, Path(out), components, loop_settings, data, overrides=list(overrides or []), registry=registry)
     # Preflight: declared API keys, files. Still before any model load or network call.
-    ctx = recipe.context()
-    for choice in components.values():
-        try:
-            preflight_component(choice, ctx)
-        except EmojikitError as exc:
-            errors.append(str(exc))
+    errors = preflight_errors(components.values(), recipe.context())
     if errors:
         raise ConfigError(f"{path}: " + "; ".join(errors))
     return recipe

@@ -68,7 +68,7 @@ def run_trl(args) -> list[dict]:
 
     from emojikit.bundled import SMOLLM2
     from emojikit.game import GameSettings, sender_prompt
-    from emojikit.grpo import split_targets
+    from emojikit.targets import split_targets
     from emojikit.sft import batch_indices
     from emojikit_local.config import LocalConfig
     from emojikit_local.loading import clear_quantization_markers, load_model_and_tokenizer

@@ -216,14 +216,15 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
 
 @cli.command("eval")
 @click.option("--recipe", "recipe_path", default="recipes/eval.toml", show_default=True, type=click.Path(path_type=Path))
-@click.option("--checkpoint", "checkpoints", multiple=True, help='Checkpoint directory or "base" (repeatable; compared side by side).')
-@click.option("--targets", type=click.Path(path_type=Path), default=None, help="Targets: one message per line, or JSONL with a text field.")
+@click.option("--checkpoint", "checkpoints", multiple=True, help='Checkpoint directory, "base", or teacher:NAME (repeatable; compared side by side).')
+@click.option("--targets", type=click.Path(path_type=Path), default=None, help="Targets: JSONL with text (and category), CSV/TSV with a text column, or one message per line; every target is played unless -n.")
+@click.option("-n", "n_targets", type=click.IntRange(min=1), default=None, help="Play only the first N targets.")
 @click.option("--judge", default=None, help="Judge component to use instead of the recipe's.")
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: the recipe's out).")
 @click.option("--human-games", type=click.Path(path_type=Path), default=None, help="A human_games.jsonl from `emojikit serve`: people's success and similarity per checkpoint next to the model judge's (default checkpoints: those people played).")
 @friendly_errors
-def eval_game(recipe_path: Path, checkpoints, targets, judge, overrides, out, human_games):
+def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judge, overrides, out, human_games):
     """The held-out retrieval game for several checkpoints: same targets, judge and seed."""
     from emojikit.recipe import load_recipe
     from emojikit.runs import RunDir
@@ -239,6 +240,8 @@ def eval_game(recipe_path: Path, checkpoints, targets, judge, overrides, out, hu
         extra.append("eval.checkpoints=[" + ", ".join(json.dumps(c) for c in checkpoints) + "]")
     if targets:
         extra.append(f"eval.targets_file={json.dumps(str(targets))}")
+    if n_targets:
+        extra.append(f"eval.n_targets={n_targets}")
     if judge:
         extra.append(f"judge={{ use = {json.dumps(judge)} }}")  # a whole new table: the old keys may not apply
     if out:
@@ -260,6 +263,22 @@ def eval_game(recipe_path: Path, checkpoints, targets, judge, overrides, out, hu
 
 
 @cli.command()
+@click.argument("recipe", type=click.Path(path_type=Path))
+@click.option("--seeds", default="0,1,2", show_default=True, help="Comma-separated seeds; each is one run of RECIPE.")
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value for every seed (repeatable).")
+@click.option("--judge", "judges", multiple=True, help="Judge(s) for the held-out comparison (repeatable; default: retrieval and keywords).")
+@click.option("--teacher", default="lexicon", show_default=True, help='Teacher played as a reference sender ("" for none).')
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Sweep directory (default: the recipe's out + -sweep).")
+@friendly_errors
+def sweep(recipe: Path, seeds: str, overrides, judges, teacher: str, out):
+    """Run a GRPO RECIPE once per seed, then compare start and final checkpoints over seeds:
+    mean, std between seeds and bootstrap 95 % intervals per judge, and held-out curves."""
+    from emojikit.sweep import parse_seeds, sweep as run_sweep
+
+    run_sweep(recipe, parse_seeds(seeds), list(overrides), list(judges) or ["retrieval", "keywords"], teacher or None, out)
+
+
+@cli.command()
 @click.option("--model", default="bundled:smollm2-135m-instruct", show_default=True, help="Model whose tokenizer the mask binds to (bundled:, a local path, or a cached hub id).")
 @click.option("--export", "export", type=click.Path(path_type=Path), default=None, help="Write every reachable state's allowed tokens to this .npz file.")
 @click.option("--decoder", "decoder_name", default="emoji-mask", show_default=True, help="A decoder that reports its binding (BindingReport).")
@@ -272,6 +291,10 @@ def mask(model: str, export: Path | None, decoder_name: str, overrides: tuple[st
     from emojikit.errors import ConfigError
     from emojikit.recipe import parse_override
 
+    if export is not None:
+        from emojikit.io import check_writable
+
+        check_writable(export.parent, "the --export location")  # before the binding work
     settings = {}
     for text in overrides:
         keys, value = parse_override(text)

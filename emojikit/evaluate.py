@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 from pydantic import Field, field_validator
 
 from emojikit import emojis
-from emojikit.config import ConfigModel, ExistingPath
+from emojikit.config import ConfigModel, ExistingFile
 from emojikit.format import DEFAULT_FORMAT, EmojiFormat, format_of
 from emojikit.io import atomic_write_text
 
@@ -87,10 +87,19 @@ def write_report(report: dict, out_dir: Path, stem: str, title: str) -> tuple[Pa
 # --- the held-out retrieval game, several checkpoints side by side ------------------------
 
 
+TEACHER_PREFIX = "teacher:"  # a "checkpoint" spelled teacher:NAME plays that teacher's answers
+
+
 class EvalSettings(ConfigModel):
-    checkpoints: list[str] = Field(["base"], description='Checkpoint directories to compare; "base" is the start model.')
-    targets_file: Optional[ExistingPath] = Field(None, description="Targets: one message per line, or JSONL with a text field. Default: the prompt source.")
-    n_targets: int = Field(64, ge=1, description="Targets taken from the file or the prompt source.")
+    checkpoints: list[str] = Field(
+        ["base"], description='Senders to compare: checkpoint directories, "base" (the start model), or teacher:NAME (a teacher\'s answers).'
+    )
+    targets_file: Optional[ExistingFile] = Field(
+        None, description="Targets: JSONL with a text (and optional category) field, CSV/TSV with a text column, or one message per line."
+    )
+    n_targets: Optional[int] = Field(
+        None, ge=1, description="Play only the first N targets (default: every target in targets_file; 128 from the prompt source)."
+    )
     temperature: float = Field(0.3, gt=0, description="Sender temperature.")
     unmasked: bool = Field(True, description="Also play without the decoder mask to measure format violations.")
 
@@ -98,9 +107,12 @@ class EvalSettings(ConfigModel):
     @classmethod
     def _checkpoints_exist(cls, checkpoints: list[str]) -> list[str]:
         for checkpoint in checkpoints:
-            if checkpoint != "base" and not Path(checkpoint).is_dir():
-                raise ValueError(f"{checkpoint} is not a checkpoint directory")
+            if checkpoint != "base" and not checkpoint.startswith(TEACHER_PREFIX) and not Path(checkpoint).is_dir():
+                raise ValueError(f"{checkpoint} is not a checkpoint directory (or base, or teacher:NAME)")
         return checkpoints
+
+
+DEFAULT_SOURCE_TARGETS = 128
 
 
 class Unmasked:
@@ -117,21 +129,73 @@ class Unmasked:
         return None
 
 
-def read_targets(path: Path, limit: int):
+def read_targets(path: Path, limit: Optional[int] = None):
+    """Messages from JSONL (text, optional category), CSV/TSV with a header naming a text (and
+    optional category) column, or plain text with one message per line; the first `limit`."""
+    import csv
+
     from emojikit.components import Message
-    from emojikit.io import read_jsonl
+    from emojikit.errors import InputFileError
+    from emojikit.io import INPUT_LINE_MAX_BYTES, read_jsonl, read_lines
 
     path = Path(path)
     if path.suffix == ".jsonl":
-        rows = [Message(str(r.get("text", "")), str(r.get("category", "unknown"))) for r in read_jsonl(path)]
+        rows = [Message(str(r.get("text", "")).strip(), str(r.get("category") or "unknown")) for r in read_jsonl(path, max_line_bytes=INPUT_LINE_MAX_BYTES)]
+    elif path.suffix in (".csv", ".tsv"):
+        with path.open(encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")
+            if "text" not in (reader.fieldnames or []):
+                raise InputFileError(f"{path}:1: expected a header with a text column (and optionally category), got {reader.fieldnames}")
+            rows = [Message((r.get("text") or "").strip(), (r.get("category") or "unknown").strip()) for r in reader]
     else:
-        rows = [Message(line.strip()) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = [Message(line.strip()) for _, line, _ in read_lines(path, what="targets file") if line.strip()]
     rows = [m for m in rows if m.text][:limit]
     if not rows:
-        from emojikit.errors import InputFileError
-
         raise InputFileError(f"{path}: no targets")
     return rows
+
+
+class TeacherSender:
+    """A teacher played as a sender: every turn it sends its answer to the target (the judge
+    never repeats a guess, so a repeated answer still moves the game). A reference row, not
+    a policy: it has no tokens or logprobs."""
+
+    def __init__(self, teacher, game_settings):
+        import re
+
+        self.teacher = teacher
+        self.name = "teacher"
+        pattern = re.escape(game_settings.first_turn).replace(re.escape("{target}"), "(?P<target>.*)", 1)
+        self._first_turn = re.compile(pattern.replace(re.escape("{target}"), "(?P=target)"), re.S)
+        self._answers: dict[str, str] = {}
+
+    def _target(self, messages) -> str:
+        first_user = next(m["content"] for m in messages if m["role"] == "user")
+        found = self._first_turn.fullmatch(first_user)
+        return found.group("target") if found else first_user
+
+    def sample(self, prompts, n, params, decoder=None):
+        from emojikit.components import Message
+        from emojikit.policy import Sample
+
+        targets = [self._target(p) for p in prompts]
+        todo = [t for t in dict.fromkeys(targets) if t not in self._answers]
+        if todo:
+            for t, answer in zip(todo, self.teacher.answer([Message(t) for t in todo])):
+                self._answers[t] = answer or ""
+        return [[Sample(prompt_tokens=[], tokens=[], logprobs=[], text=self._answers[t], stop_reason="stop")] * n for t in targets]
+
+
+def teacher_sender(recipe, name: str, game_settings, out_dir: Path) -> TeacherSender:
+    from emojikit.components import BuildContext
+    from emojikit.registry import get_registry
+
+    spec = get_registry().get("teacher", name)
+    config = spec.config()
+    ctx = BuildContext(seed=recipe.seed, run_dir=Path(out_dir), recipe_path=recipe.path)
+    if spec.preflight is not None:
+        spec.preflight(config, ctx)
+    return TeacherSender(spec.factory(config, ctx), game_settings)
 
 
 def game_metrics(episodes) -> dict:
@@ -141,8 +205,11 @@ def game_metrics(episodes) -> dict:
     return {**summarize(episodes), "distinct_emoji": len(used), "episodes": len(episodes)}
 
 
-def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path) -> dict:
-    """Play the same targets with every checkpoint (same judge, same seed)."""
+def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path, *, progress: bool = True) -> dict:
+    """Play the same targets with every sender (same judge, same seed), with a progress bar
+    over finished episodes."""
+    from tqdm import tqdm
+
     from emojikit.game import play
     from emojikit.policy import SamplingParams
 
@@ -153,26 +220,43 @@ def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path)
     if hasattr(judge, "add_candidates"):
         judge.add_candidates([m.text for m in targets])
     sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=settings.temperature, seed=recipe.seed)
-    results: dict = {"targets": len(targets), "seed": recipe.seed, "judge": recipe.components["judge"].spec.name, "checkpoints": {}}
-    for checkpoint in settings.checkpoints:
-        policy = recipe.build("backend", out_dir)
-        if checkpoint != "base":
-            policy.load(checkpoint, with_optimizer=False)
-        episodes = play(policy, decoder, judge, reward, targets, settings=game, sampling=sampling, group_size=1)
-        reward.score(episodes)
-        entry = {"masked": game_metrics(episodes), "categories": {}}
-        for category in sorted({m.category for m in targets}):
-            entry["categories"][category] = game_metrics([ep for ep in episodes if ep.category == category])
-        if settings.unmasked:
-            free = play(policy, Unmasked(decoder), judge, reward, targets, settings=game, sampling=sampling, group_size=1)
-            reward.score(free)
-            entry["unmasked"] = game_metrics(free)
-        results["checkpoints"][checkpoint] = entry
+    results: dict = {"targets": len(targets), "seed": recipe.seed, "judge": recipe.components["judge"].spec.name,
+                     "max_turns": game.max_turns, "temperature": settings.temperature, "checkpoints": {}}
+    plays = len(settings.checkpoints) * (2 if settings.unmasked else 1)
+    bar = tqdm(total=plays * len(targets), desc="eval", unit="episode", disable=not progress)
+
+    def count_finished(turn_number: int, live) -> None:
+        bar.update(sum(1 for ep in live if ep.success or ep.failed or turn_number == game.max_turns))
+
+    def play_all(sender, dec):
+        return play(sender, dec, judge, reward, targets, settings=game, sampling=sampling, group_size=1, on_turn=count_finished)
+
+    try:
+        for checkpoint in settings.checkpoints:
+            bar.set_postfix_str(Path(checkpoint).name if "/" in checkpoint else checkpoint)
+            if checkpoint.startswith(TEACHER_PREFIX):
+                sender = teacher_sender(recipe, checkpoint[len(TEACHER_PREFIX):], game, out_dir)
+            else:
+                sender = recipe.build("backend", out_dir)
+                if checkpoint != "base":
+                    sender.load(checkpoint, with_optimizer=False)
+            episodes = play_all(sender, decoder)
+            entry = {"masked": game_metrics(episodes), "categories": {}}
+            for category in sorted({m.category for m in targets}):
+                entry["categories"][category] = game_metrics([ep for ep in episodes if ep.category == category])
+            if settings.unmasked:
+                entry["unmasked"] = game_metrics(play_all(sender, Unmasked(decoder)))
+            entry["per_target_success"] = [bool(ep.success) for ep in episodes]
+            entry["per_target_similarity"] = [round(ep.turns[-1].similarity if ep.turns else 0.0, 4) for ep in episodes]
+            results["checkpoints"][checkpoint] = entry
+    finally:
+        bar.close()
     return results
 
 
 def game_markdown(results: dict) -> str:
-    lines = [f"Held-out retrieval game: {results['targets']} targets, judge `{results['judge']}`, seed {results['seed']}.", ""]
+    turns = f", up to {results['max_turns']} turns" if "max_turns" in results else ""
+    lines = [f"Held-out retrieval game: {results['targets']} targets, judge `{results['judge']}`, seed {results['seed']}{turns}.", ""]
     lines += ["| checkpoint | success rate | mean similarity | mean turns | format violations (masked) | format violations (unmasked) | distinct emoji |", "|---|---|---|---|---|---|---|"]
     for name, entry in results["checkpoints"].items():
         m, u = entry["masked"], entry.get("unmasked")
@@ -212,12 +296,15 @@ def game_chart(results: dict, path: Path) -> None:
     tmp.replace(path)
 
 
+def eval_targets(recipe, settings: EvalSettings, out_dir: Path):
+    if settings.targets_file:
+        return read_targets(settings.targets_file, settings.n_targets)
+    return list(recipe.build("prompts", out_dir).messages(settings.n_targets or DEFAULT_SOURCE_TARGETS))
+
+
 def run(recipe, run_dir) -> None:
     settings: EvalSettings = recipe.settings["eval"]
-    if settings.targets_file:
-        targets = read_targets(settings.targets_file, settings.n_targets)
-    else:
-        targets = list(recipe.build("prompts", run_dir.path).messages(settings.n_targets))
+    targets = eval_targets(recipe, settings, run_dir.path)
     results = evaluate_checkpoints(recipe, settings, targets, run_dir.path)
     table = game_markdown(results)
     atomic_write_text(run_dir.file("eval.json"), json.dumps(results, indent=2, ensure_ascii=False) + "\n")
@@ -225,3 +312,18 @@ def run(recipe, run_dir) -> None:
     game_chart(results, run_dir.file("eval.png"))
     print(table)
     print(f"wrote {run_dir.file('eval.json')}, eval.md and eval.png")
+
+
+def preflight(recipe) -> None:
+    """What run() would reject, before a run directory is made: a targets file that cannot be
+    read (not UTF-8, a huge line, no targets: file:line) and a token budget too small for the
+    decoder's shortest answer."""
+    from emojikit.errors import ConfigError
+    from emojikit.preflight import token_budget_problem
+
+    settings = recipe.settings["eval"]
+    if settings.targets_file is not None:
+        read_targets(settings.targets_file, settings.n_targets)
+    problem = token_budget_problem(recipe, recipe.settings["game"].max_new_tokens, "[game] max_new_tokens")
+    if problem:
+        raise ConfigError(f"{recipe.path}: {problem}")

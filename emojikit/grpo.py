@@ -9,6 +9,7 @@ A step is named phases, each a small function below:
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -269,6 +270,9 @@ def run(recipe, run_dir) -> None:
     if hasattr(judge, "add_candidates"):
         judge.add_candidates([m.text for m in heldout + train_targets])
     print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets, {len(heldout)} held out")
+    from emojikit.io import atomic_write_text
+
+    atomic_write_text(run_dir.file("start.json"), json.dumps({"start": start_ref or "base"}) + "\n")  # what sweep compares against
 
     start = run_dir.resume_policy(policy, (METRICS_FILE, EPISODES_FILE, EVAL_FILE))
 
@@ -334,8 +338,6 @@ def run(recipe, run_dir) -> None:
         bar.close()
 
     if heldout and g.steps in evals:
-        from emojikit.io import atomic_write_text
-
         table = before_after_table(evals[0], evals[g.steps])
         atomic_write_text(run_dir.file("before_after.md"), table)
         print(table)

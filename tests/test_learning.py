@@ -165,3 +165,71 @@ def test_eval_plays_the_teacher_and_every_target_with_the_keywords_judge(tmp_pat
     assert report["targets"] == 5 and report["judge"] == "keywords"
     assert sorted(entry["categories"]) == ["a", "b"] and len(entry["per_target_success"]) == 5
     assert entry["masked"]["success_rate"] >= 0.4 and entry["masked"]["format_violations"] == 0
+
+
+# --- seeds: the sweep and its statistics -------------------------------------------------------
+
+
+def test_bootstrap_interval_holds_the_mean_and_is_degenerate_for_constants():
+    from emojikit.sweep import bootstrap_interval, describe_runs, parse_seeds
+
+    constant = [[1.0] * 10, [1.0] * 10]
+    assert bootstrap_interval(constant) == (1.0, 1.0)
+    values = [[float(i % 2) for i in range(40)], [float(i % 3 == 0) for i in range(40)]]
+    summary = describe_runs(values)
+    assert summary["ci95"][0] <= summary["mean"] <= summary["ci95"][1]
+    assert summary["per_seed"] == pytest.approx([0.5, 14 / 40])
+    assert summary["std_between_seeds"] == pytest.approx(statistics.pstdev([0.5, 14 / 40]))
+    assert parse_seeds("0, 1,2") == [0, 1, 2]
+    for bad in ("", "a", "1,1", "-1"):
+        with pytest.raises(Exception, match="--seeds"):
+            parse_seeds(bad)
+
+
+def test_sweep_runs_every_seed_and_compares_start_and_final_over_seeds(tmp_path, tiny_model):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    heldout = tmp_path / "heldout.jsonl"
+    heldout.write_text("".join(json.dumps({"text": t, "category": "c"}) + "\n" for t in ["Let's get pizza tonight", "It is raining today", "Happy birthday, grandma!"]))
+    out = tmp_path / "sweep"
+    args = ["sweep", str(root / "recipes/grpo.toml"), "--seeds", "3,4", "--out", str(out), "--judge", "retrieval", "--judge", "keywords",
+            "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "grpo.steps=1", "--set", "grpo.batch_size=2",
+            "--set", "grpo.group_size=2", "--set", "grpo.start_from=\"base\"", "--set", f"grpo.heldout_file={json.dumps(str(heldout))}",
+            "--set", "grpo.eval_targets=3", "--set", "grpo.eval_every=0", "--set", "grpo.target_pool=8", "--set", "game.max_new_tokens=6",
+            "--set", "judge.distractors=4"]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "comparison.json").read_text())
+    assert report["seeds"] == [3, 4] and sorted(report["judges"]) == ["keywords", "retrieval"]
+    for judge in ("retrieval", "keywords"):
+        summary = report["judges"][judge]
+        assert summary["start"]["checkpoints"] == ["base", "base"]
+        assert [Path(c).name for c in summary["grpo"]["checkpoints"]] == ["step_1", "step_1"]
+        assert summary["teacher"]["checkpoints"] == ["teacher:lexicon"]
+        for label in ("start", "grpo", "gain"):
+            s = summary[label]["success"]
+            assert len(s["per_seed"]) == 2 and s["ci95"][0] <= s["mean"] <= s["ci95"][1]
+    assert "gain, GRPO - start (paired)" in (out / "comparison.md").read_text()
+    assert (out / "curves.png").stat().st_size > 0
+    assert "seed = 3" in (out / "seed3" / "recipe.toml").read_text()
+
+
+# --- the learning probe: the loop learns a trivially learnable reward ---------------------------
+
+
+@pytest.mark.slow
+def test_learning_probe_climbs_from_the_base_model(tmp_path):
+    """GRPO on the bundled model against the animal-share reward, from the base model: 6 steps
+    of 4 targets x 4 episodes at lr 3e-3. Measured: 0.00, 0.04, 0.02, 0.16, 0.63, 0.93."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "probe"
+    result = CliRunner().invoke(cli, ["run", str(root / "recipes/learning-probe.toml"), "--set", f"out={json.dumps(str(out))}",
+                                      "--set", "grpo.steps=6", "--set", "grpo.batch_size=4", "--set", "grpo.learning_rate=3e-3"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rewards = [json.loads(line)["reward_mean"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rewards) == 6
+    assert rewards[0] < 0.15  # the base model sends animals rarely (127 of ~1,900 emoji)
+    assert max(rewards[-2:]) >= 0.5 and max(rewards[-2:]) - rewards[0] >= 0.4

@@ -16,25 +16,6 @@ from emojikit.sft import batch_indices, learning_rate, SFTSettings
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    """A 2-layer Llama with SmolLM2's tokenizer and chat template, saved like any local model."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from emojikit.bundled import SMOLLM2, load_tokenizer
-
-    torch.manual_seed(0)
-    tokenizer = load_tokenizer(SMOLLM2)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True)
-    path = tmp_path_factory.mktemp("tiny-model")
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def run_cli(*args):
     result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
     assert result.exit_code == 0, result.output

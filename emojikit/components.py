@@ -72,8 +72,20 @@ class PromptSource(Protocol):
 
 @runtime_checkable
 class Teacher(Protocol):
+    """Answers messages in emoji.
+
+    Optional attribute `stats`: a mapping of counts for the last answer() call. Where it
+    holds the keys of TEACHER_DROP_REASONS, they count the messages answered None for that
+    reason ("invalid": an answer came back but was not valid emoji; "errored", "expired",
+    "canceled": a batch item without an answer; "missing"), and data_stats.json reports
+    them separately (an answer it gets but finds invalid itself also counts as invalid).
+    """
+
     def answer(self, messages: Sequence[Message]) -> list[Optional[str]]:
         """Emoji answers, one per message; None where no valid 2-8 emoji answer was obtained."""
+
+
+TEACHER_DROP_REASONS = ("invalid", "errored", "expired", "canceled", "missing")
 
 
 # --- game: judges and rewards ----------------------------------------------------------

@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import random
 import time
-from typing import Optional
+from collections import Counter
+from typing import Mapping, Optional
 
 from pydantic import Field, model_validator
 
 from emojikit import emojis
-from emojikit.components import Message
+from emojikit.components import TEACHER_DROP_REASONS, Message
 from emojikit.config import ConfigModel
 from emojikit.errors import ConfigError
 from emojikit.format import DEFAULT_FORMAT
@@ -134,10 +135,11 @@ def draw_messages(source, n: int) -> list[Message]:
     return out
 
 
-def label(teacher, messages: list[Message], batch: int, run_dir, resume_hint: str) -> list[Optional[str]]:
+def label(teacher, messages: list[Message], batch: int, run_dir, resume_hint: str, drops: Optional[Counter] = None) -> list[Optional[str]]:
     """The teacher's answers, chunk by chunk. Each finished chunk is appended to
     teacher_progress.jsonl (one write); a chunk answered there in full is not asked again.
-    SIGINT or SIGTERM stops after the current chunk."""
+    SIGINT or SIGTERM stops after the current chunk. `drops` gathers why answers are None,
+    from a teacher that tells (its optional `stats`, see components.Teacher)."""
     from tqdm import tqdm
 
     from emojikit.interrupt import Interrupted, graceful_stop
@@ -155,6 +157,9 @@ def label(teacher, messages: list[Message], batch: int, run_dir, resume_hint: st
                 answers.extend(known[m.text] for m in chunk)
             else:
                 chunk_answers = teacher.answer(chunk)
+                told = getattr(teacher, "stats", None)
+                if drops is not None and isinstance(told, Mapping):
+                    drops.update({reason: told.get(reason, 0) for reason in TEACHER_DROP_REASONS})
                 run_dir.log(PROGRESS_FILE, {"texts": [m.text for m in chunk], "answers": chunk_answers})
                 answers.extend(chunk_answers)
             bar.update(len(chunk))
@@ -184,7 +189,8 @@ def run(recipe, run_dir) -> None:
 
     teacher = recipe.build("teacher", run_dir.path)
     teacher_started = time.monotonic()
-    answers = label(teacher, sft_messages, settings.teacher_batch, run_dir, recipe.resume_hint())
+    drops: Counter = Counter()
+    answers = label(teacher, sft_messages, settings.teacher_batch, run_dir, recipe.resume_hint(), drops)
     teacher_seconds = time.monotonic() - teacher_started
 
     pairs, dropped_none, dropped_invalid = [], 0, 0
@@ -195,6 +201,9 @@ def run(recipe, run_dir) -> None:
             dropped_invalid += 1  # a teacher's promise is checked, never trusted
         else:
             pairs.append((message, answer.strip()))
+    # A teacher that drops an invalid answer itself returns None for it: count it as invalid.
+    told_invalid = min(drops["invalid"], dropped_none)
+    dropped_none, dropped_invalid = dropped_none - told_invalid, dropped_invalid + told_invalid
     rng.shuffle(pairs)
     n_test = round(len(pairs) * settings.test_fraction)
     test, train = pairs[:n_test], pairs[n_test:]
@@ -219,6 +228,8 @@ def run(recipe, run_dir) -> None:
         "sft_messages": len(sft_messages),
         "dropped_no_answer": dropped_none,
         "dropped_invalid": dropped_invalid,
+        # Of dropped_no_answer: batch items the teacher says errored, expired or were canceled.
+        **{f"dropped_{reason}": drops[reason] for reason in ("errored", "expired", "canceled")},
         "sft_train": len(train),
         "sft_test": len(test),
         "rl_prompts": len(rl_prompts),

@@ -127,13 +127,24 @@ def load_checkpoint(policy, checkpoint: Optional[str]) -> None:
 
 
 def read_lines(stream: TextIO, prompt: str, interactive: bool) -> Iterator[str]:
-    """Non-empty stripped lines until EOF; the prompt is shown only on a terminal."""
+    """Non-empty stripped lines until EOF; the prompt is shown only on a terminal.
+
+    Lines are read as bytes when the stream has them (sys.stdin does) and decoded here, so a
+    line that is not UTF-8 is one InputFileError naming "stdin line N" whatever the locale's
+    error handler (strict, or the surrogateescape of a C locale)."""
     import click
 
+    raw = getattr(stream, "buffer", None)
+    number = 0
     while True:
         if interactive:
             click.echo(prompt, nl=False)
-        line = stream.readline()
+        number += 1
+        try:
+            line = stream.readline() if raw is None else raw.readline().decode("utf-8")
+        except UnicodeDecodeError as exc:  # exc.object is this line's bytes when decoded here
+            where = f" (byte 0x{exc.object[exc.start]:02x} at column {exc.start + 1})" if raw is not None else ""
+            raise InputFileError(f"stdin line {number}: not valid UTF-8{where}") from None
         if not line:
             return
         if line.strip():

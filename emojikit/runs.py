@@ -123,7 +123,10 @@ class RunDir:
             shutil.rmtree(tmp, ignore_errors=True)
             if os_problem(exc) is None:
                 raise
-            raise OutputError(f"{exc.filename or tmp}: {os_problem(exc)} while {doing}") from None
+            # A file of the temporary folder(s) is named as it would be in the checkpoint.
+            failed = Path(exc.filename) if exc.filename else final
+            shown = final / failed.name if failed != final and self.checkpoints in failed.parents else failed
+            raise OutputError(f"{shown}: {os_problem(exc)} while {doing}") from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

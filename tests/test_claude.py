@@ -11,7 +11,8 @@ import json
 import socket
 import threading
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -52,6 +53,7 @@ class FakeAnthropic:
         self.base_url = ""
         self.results_faults: deque = deque()  # "cut" (body cut off) or "stall" (body stops mid-way)
         self.stall_s = 1.5
+        self.create_faults: deque = deque()  # "lost": the batch is created, then the connection drops before the reply
 
     def count(self, route: str) -> int:
         return sum(1 for r, _ in self.calls if r == route)
@@ -75,13 +77,13 @@ class FakeAnthropic:
         batch = self.batches[batch_id]
         ended = batch["polls"] > self.polls_before_end
         n = len(batch["requests"])
-        errored = sum(1 for r in batch["results"] if r["result"]["type"] == "errored") if ended else 0
+        ends = Counter(r["result"]["type"] for r in batch["results"]) if ended else Counter()
         return {
             "id": batch_id,
             "type": "message_batch",
             "processing_status": "ended" if ended else "in_progress",
-            "request_counts": {"processing": 0 if ended else n, "succeeded": n - errored if ended else 0, "errored": errored, "canceled": 0, "expired": 0},
-            "created_at": STAMP,
+            "request_counts": {"processing": 0 if ended else n, **{k: ends[k] for k in ("succeeded", "errored", "canceled", "expired")}},
+            "created_at": batch.get("created_at", STAMP),
             "expires_at": STAMP,
             "ended_at": STAMP if ended else None,
             "archived_at": None,
@@ -113,6 +115,8 @@ class Handler(BaseHTTPRequestHandler):
             return "messages"
         if self.command == "POST" and parts == ["v1", "messages", "batches"]:
             return "batch_create"
+        if self.command == "GET" and parts == ["v1", "messages", "batches"]:
+            return "batch_list"
         if self.command == "GET" and len(parts) == 4 and parts[:3] == ["v1", "messages", "batches"]:
             return "batch_get"
         if self.command == "GET" and len(parts) == 5 and parts[4] == "results":
@@ -156,10 +160,22 @@ class Handler(BaseHTTPRequestHandler):
                             {"type": "succeeded", "message": fake.message(text, req["params"]["model"])}
                             if kind == "succeeded"
                             else {"type": "errored", "error": {"type": "error", "error": {"type": "api_error", "message": "fake item error"}}}
+                            if kind == "errored"
+                            else {"type": kind}  # "expired" or "canceled"
                         )
                         results.append({"custom_id": req["custom_id"], "result": result})
-                    fake.batches[batch_id] = {"requests": body["requests"], "results": results[::-1], "polls": 0}  # out of order
+                    created_at = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+                    fake.batches[batch_id] = {"requests": body["requests"], "results": results[::-1], "polls": 0, "created_at": created_at}  # out of order
+                    fault = fake.create_faults.popleft() if fake.create_faults else None
+                if fault == "lost":  # made server-side; the reply never reaches the client
+                    self.close_connection = True
+                    return None
                 return self._send(200, fake.batch_json(batch_id))
+            if route == "batch_list":  # newest first, one page
+                with fake.lock:
+                    data = [fake.batch_json(b) for b in sorted(fake.batches, reverse=True)]
+                first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
+                return self._send(200, {"data": data, "has_more": False, "first_id": first, "last_id": last})
             batch_id = self.path.split("?")[0].strip("/").split("/")[3]
             if batch_id not in fake.batches:
                 return self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": "no such batch"}})
@@ -583,3 +599,81 @@ def test_messages_api_records_each_answer_as_it_arrives(fake, tmp_path):
     again = teacher_for(fake, tmp_path, batch_threshold=100, concurrency=6)
     assert again.answer(MESSAGES) == ["🎉🙂"] * 6
     assert fake.count("messages") == 6 + 2
+
+
+def test_batch_create_whose_reply_was_lost_is_found_by_listing_not_created_twice(fake, tmp_path, capfd):
+    """The server makes the batch, then the connection drops before the reply: before the
+    create is retried the teacher lists batches, finds it, records its id, and never creates
+    a second one."""
+    fake.create_faults.append("lost")
+    teacher = teacher_for(fake, tmp_path, batch_threshold=3)
+    assert teacher.answer(MESSAGES) == ["🍕🍺"] * 6
+    assert fake.count("batch_create") == 1 and len(fake.batches) == 1
+    assert fake.count("batch_list") == 1
+    recorded = json.loads((tmp_path / BATCHES_FILE).read_text())["batches"]
+    assert [(b["id"], b["status"]) for b in recorded] == [("msgbatch_0000", "fetched")]
+    assert teacher.stats["batches_found"] == 1 and teacher.stats["batches_created"] == 0
+    shown = capfd.readouterr().err
+    assert "create message batch: connection error" in shown and "reply lost; found batch msgbatch_0000" in shown
+
+
+def test_batch_create_lost_then_the_run_stopped_is_found_on_the_rerun(fake, tmp_path):
+    """No retry left after the lost reply: the run stops with one line, the create is on file
+    as "creating" (with the fingerprint of its requests), and the re-run finds the batch by
+    listing instead of paying for it again."""
+    fake.create_faults.append("lost")
+    first = teacher_for(fake, tmp_path, batch_threshold=3, max_retries=0)
+    with pytest.raises(RemoteServiceError, match="create message batch: still failing after 0 retries: connection error"):
+        first.answer(MESSAGES)
+    (record,) = json.loads((tmp_path / BATCHES_FILE).read_text())["batches"]
+    assert record["status"] == "creating" and record["id"] is None and len(record["fingerprint"]) == 32
+    assert len(fake.batches) == 1
+
+    second = teacher_for(fake, tmp_path, batch_threshold=3)
+    assert second.answer(MESSAGES) == ["🍕🍺"] * 6
+    assert fake.count("batch_create") == 1 and len(fake.batches) == 1
+    (record,) = json.loads((tmp_path / BATCHES_FILE).read_text())["batches"]
+    assert (record["id"], record["status"]) == ("msgbatch_0000", "fetched")
+
+
+def test_batch_create_that_never_reached_the_server_is_created_on_the_rerun(fake, tmp_path):
+    """A "creating" record the listing does not match (the create failed before the server made
+    anything) is marked not_created and the requests go in one new batch."""
+    fake.fail("batch_create", (500, {}))
+    first = teacher_for(fake, tmp_path, batch_threshold=3, max_retries=0)
+    with pytest.raises(RemoteServiceError, match="HTTP 500"):
+        first.answer(MESSAGES)
+    assert len(fake.batches) == 0
+    second = teacher_for(fake, tmp_path, batch_threshold=3)
+    assert second.answer(MESSAGES) == ["🍕🍺"] * 6
+    assert len(fake.batches) == 1 and fake.count("batch_list") == 1
+    statuses = [(b["id"], b["status"]) for b in json.loads((tmp_path / BATCHES_FILE).read_text())["batches"]]
+    assert statuses == [(None, "not_created"), ("msgbatch_0000", "fetched")]
+
+
+def test_data_stats_count_invalid_errored_expired_and_canceled_answers_separately(fake, monkeypatch, tmp_path):
+    """`emojikit run recipes/claude-data.toml`: of 20 batch items, 3 answers are not emoji, 2
+    errored, 1 expired and 1 was canceled; data_stats.json says so, key by key."""
+    from emojikit.cli import cli
+
+    counter = iter(range(10**6))
+    fake.reply = lambda body: "\n".join(f"message {next(counter)} about the sea" for _ in range(int(body["messages"][0]["content"].split()[1])))
+    fates = {0: ("succeeded", "just words"), 1: ("succeeded", "🌊"), 2: ("succeeded", "🌊" * 9), 3: ("errored", ""), 4: ("errored", ""),
+             5: ("expired", ""), 6: ("canceled", "")}
+    asked = iter(range(10**6))
+    fake.batch_reply = lambda custom_id, params: fates.get(next(asked), ("succeeded", "🌊 🐚"))
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "run", str(REPO / "recipes" / "claude-data.toml"),
+        f"--set=prompts.base_url={fake.base_url}", f"--set=teacher.base_url={fake.base_url}",
+        "--set=prompts.backoff_initial_s=0", "--set=teacher.backoff_initial_s=0", "--set=teacher.poll_interval_s=0",
+        "--set=teacher.batch_threshold=5", "--set=data.count=20", "--set=data.rl_count=0",
+        "--set=data.test_fraction=0", "--set=data.teacher_batch=1000",
+    ]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    stats = json.loads((tmp_path / "runs" / "claude-data" / "data_stats.json").read_text())
+    assert fake.count("batch_create") == 1 and len(fake.batches["msgbatch_0000"]["requests"]) == 20
+    assert stats["dropped_invalid"] == 3
+    assert (stats["dropped_errored"], stats["dropped_expired"], stats["dropped_canceled"]) == (2, 1, 1)
+    assert stats["dropped_no_answer"] == 4 and stats["sft_train"] == 20 - 3 - 4

@@ -346,3 +346,105 @@ def test_token_budget_too_small_for_min_emoji_is_a_validation_error(tmp_path, mo
     assert not (tmp_path / "run").exists()
     ok = CliRunner().invoke(cli, ["validate", "sft.toml", "--set", "sft.max_new_tokens=4"], catch_exceptions=False)
     assert ok.exit_code == 0, ok.output
+
+
+# --- chat stdin that is not UTF-8 ---------------------------------------------------------------
+
+
+NOT_UTF8_STDIN = b"hello there\ncaf\xe9 time\n"
+STDIN_ERROR = "emojikit: error: stdin line 2: not valid UTF-8 (byte 0xe9 at column 4)"
+
+
+def chat_args(tiny_model: Path) -> list[str]:
+    # No recipe in the working directory: the default components, the tiny model, no decoder mask.
+    return ["chat", "--decoder", "none", "--seed", "0", "--set", f"backend.model={json.dumps(str(tiny_model))}"]
+
+
+def test_chat_stdin_not_utf8_is_one_line_naming_the_stdin_line(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, chat_args(tiny_model), input=NOT_UTF8_STDIN, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert error_line(result) == STDIN_ERROR
+    assert result.stdout.count("emoji> ") == 1  # line 1 was answered before line 2 was read
+
+
+def test_chat_stdin_not_utf8_from_a_pipe(tiny_model, tmp_path):
+    """The real process reading a pipe in UTF-8 mode, where sys.stdin's error handler is
+    surrogateescape and would otherwise pass the bad bytes on to the model."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONUTF8": "1", "LC_ALL": "C.UTF-8", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("PYTHONIOENCODING", None)
+    ran = subprocess.run([sys.executable, "-m", "emojikit.cli", *chat_args(tiny_model)], input=NOT_UTF8_STDIN,
+                         capture_output=True, cwd=tmp_path, env=env, timeout=300)
+    stderr = ran.stderr.decode("utf-8", "replace")
+    assert ran.returncode == 2, stderr
+    assert "Traceback" not in stderr
+    assert [line for line in stderr.splitlines() if line.strip()][-1] == STDIN_ERROR
+    assert stderr.count("error") == 1
+
+
+# --- a full disk during a real checkpoint save ----------------------------------------------------
+
+
+def fill_disk_at_step_4(monkeypatch, which: str) -> None:
+    """The bytes of one checkpoint file of step_4 meet a full disk, at the library that writes
+    them: optimizer and RNG state through torch.save into /dev/full (the kernel's ENOSPC), the
+    adapter weights as safetensors reports a full disk (its own error, not an OSError)."""
+    if which == "adapter_model.safetensors":
+        import peft.peft_model
+        from safetensors import SafetensorError
+
+        real = peft.peft_model.safe_save_file
+
+        def save_file(tensors, filename, *args, **kwargs):
+            if ".step_4.tmp" in str(filename):
+                Path(filename).write_bytes(b"\0" * 16)  # what got out before the disk filled up
+                raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+            return real(tensors, filename, *args, **kwargs)
+
+        monkeypatch.setattr(peft.peft_model, "safe_save_file", save_file)
+        return
+    import torch
+
+    real_save = torch.save
+
+    def save(obj, f, *args, **kwargs):
+        if ".step_4.tmp" in str(getattr(f, "name", f)) and str(getattr(f, "name", f)).endswith(which):
+            with open("/dev/full", "wb") as full:
+                return real_save(obj, full, *args, **kwargs)
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+@pytest.mark.parametrize("which", ["adapter_model.safetensors", "optimizer.pt"])
+def test_full_disk_while_saving_a_checkpoint_keeps_the_earlier_ones_and_resumes(tiny_model, tmp_path, monkeypatch, which):
+    from emojikit.preflight import check_checkpoint_files
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.jsonl").write_text(jsonl(chat(i) for i in range(8)))
+    (tmp_path / "test.jsonl").write_text(jsonl(chat(i) for i in range(8, 10)))
+    (tmp_path / "sft.toml").write_text(SFT)  # out = "run", train.jsonl and test.jsonl, the local backend
+    args = ["run", "sft.toml", "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "sft.steps=4",
+            "--set", "sft.batch_size=2", "--set", "sft.save_every=2", "--set", "sft.eval_every=0", "--set", "sft.sample_every=0",
+            "--set", "sft.report_examples=0", "--set", "sft.max_new_tokens=6"]
+    with monkeypatch.context() as m:
+        fill_disk_at_step_4(m, which)
+        result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    line = error_line(result)
+    assert line.startswith(f"emojikit: error: run/checkpoints/step_4/{which}: no space left on device while saving checkpoint step_4; "
+                           "the earlier checkpoints are intact (free the space, then resume with: emojikit run "), line
+    assert line.endswith("--resume)"), line
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest.json", "step_2"]  # no step_4, no temporary folder
+    check_checkpoint_files(checkpoints / "step_2", resuming=True)  # intact, optimizer state included
+    assert json.loads((checkpoints / "latest.json").read_text())["step"] == 2
+
+    resumed = CliRunner().invoke(cli, args + ["--resume"], catch_exceptions=False)
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming from run/checkpoints/step_2 (step 2)" in resumed.output
+    assert [json.loads(r)["step"] for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+    check_checkpoint_files(checkpoints / "step_4", resuming=True)

@@ -1,8 +1,13 @@
 """The `claude` teacher: emoji answers from Claude, in bulk through the Message Batches API.
 
 Resumable and never paying twice, through two files in the run directory:
-  claude_batches.json  every batch created (id and the custom ids it covers), written right
-                       after the create call returns; a re-run polls and fetches these first
+  claude_batches.json  every batch created (id and the custom ids it covers): recorded as
+                       "creating" (with the fingerprint of its requests) before the create
+                       call, and with its id right after the call returns; a re-run polls
+                       and fetches these first. A create whose reply was lost (connection
+                       dropped after the server made the batch, or the process killed) is
+                       looked for by listing batches before the create is retried (and on
+                       the re-run), so a batch is never created twice unrecorded
   claude_answers.jsonl one line per answered custom id: the emoji, or only the reason it was
                        dropped (an invalid answer's text is never written)
 A custom id is a hash of everything that shapes the answer (model, prompt, settings, message),
@@ -20,7 +25,7 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -36,6 +41,16 @@ log = logging.getLogger(__name__)
 BATCHES_FILE = "claude_batches.json"
 ANSWERS_FILE = "claude_answers.jsonl"
 NOT_BILLED = ("errored", "expired", "canceled", "missing")
+# A batch the server made for a lost create reply is listed as created no earlier than this
+# before our first attempt (room for the difference between our clock and the server's).
+CLOCK_SKEW = timedelta(minutes=10)
+DONE = ("fetched", "not_created")  # batch records with nothing left to wait for
+
+
+def fingerprint(custom_ids: Sequence[str]) -> str:
+    """The requests of a batch, as one hash: each custom id already hashes everything that
+    shapes its answer, so the sorted set of them names the batch's requests."""
+    return hashlib.sha256("\n".join(sorted(custom_ids)).encode("ascii")).hexdigest()[:32]
 
 
 class ClaudeTeacher:
@@ -118,7 +133,9 @@ class ClaudeTeacher:
         self.stats["cached"] = len(texts) - len(pending())
         # An earlier run's batches first: they are paid for already.
         for batch in self._batches:
-            if batch["status"] != "fetched" and set(batch["custom_ids"]) & set(pending()):
+            if batch["status"] == "creating" and set(batch["custom_ids"]) & set(pending()):
+                self._adopt_lost_create(batch)  # found: submitted; else not_created (asked again below)
+            if batch["status"] not in DONE and set(batch["custom_ids"]) & set(pending()):
                 unbilled.update(self._finish_batch(batch))
 
         todo = pending()
@@ -176,19 +193,71 @@ class ClaudeTeacher:
 
     def _create_batch(self, chunk: list[str], texts: dict[str, str]) -> dict:
         requests = [{"custom_id": cid, "params": self._params(texts[cid])} for cid in chunk]
-        created = self.backoff.call(lambda: self.client.messages.batches.create(requests=requests), "create message batch")
-        self.stats["batches_created"] += 1
         batch = {
-            "id": created.id,
-            "status": "submitted",
+            "id": None,
+            "status": "creating",
             "model": self.cfg.model,
             "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "fingerprint": fingerprint(chunk),
             "custom_ids": chunk,
         }
         self._batches.append(batch)
+        self._save_batches()  # before the call: a lost reply (or a kill) leaves a record to look for
+        attempts = 0
+
+        def create():
+            nonlocal attempts
+            attempts += 1
+            # A retry after a failed create: the server may have made the batch and lost the reply.
+            if attempts > 1 and (found := self._find_created(batch)) is not None:
+                return found, "batches_found"
+            return self.client.messages.batches.create(requests=requests), "batches_created"
+
+        created, how = self.backoff.call(create, "create message batch")
+        self.stats[how] += 1
+        batch.update(id=created.id, status="submitted")
         self._save_batches()  # before anything else can fail: the batch is paid for
         log.info("claude teacher: created batch %s with %d requests", created.id, len(chunk))
         return batch
+
+    def _find_created(self, batch: dict):
+        """The server's batch for a create whose reply was lost, or None. Batches are listed
+        newest first back to our first attempt (less CLOCK_SKEW); one not recorded here with as
+        many requests is a candidate. An ended candidate is checked against the fingerprint of
+        its results' custom ids; one still in progress cannot show its requests, so the oldest
+        such candidate is taken (its results are matched by custom id when fetched: anything
+        not ours is ignored, and ours missing from it are asked again)."""
+        since = datetime.fromisoformat(batch["created_at"]) - CLOCK_SKEW
+        recorded = {b["id"] for b in self._batches if b.get("id")}
+        unverified = []
+        for listed in self.client.messages.batches.list(limit=100):
+            if listed.created_at < since:
+                break  # newest first: the rest are older than our first attempt
+            counts = listed.request_counts.model_dump()
+            if listed.id in recorded or sum(counts.values()) != len(batch["custom_ids"]):
+                continue
+            if listed.processing_status == "ended":
+                ids = [item.custom_id for item in self.client.messages.batches.results(listed.id)]
+                if fingerprint(ids) == batch["fingerprint"]:
+                    self.say(f"create message batch: reply lost; found batch {listed.id} (its requests match), recorded it")
+                    return listed
+                continue
+            unverified.append(listed)
+        if unverified:
+            found = unverified[-1]
+            self.say(f"create message batch: reply lost; found batch {found.id} ({len(batch['custom_ids'])} requests, created since), recorded it")
+            return found
+        return None
+
+    def _adopt_lost_create(self, batch: dict) -> None:
+        """An earlier run recorded a create but not its reply: look the batch up by listing."""
+        found = self.backoff.call(lambda: self._find_created(batch), "list message batches")
+        if found is None:
+            self.say(f"an earlier create of a batch of {len(batch['custom_ids'])} requests left no batch; creating it again")
+            batch["status"] = "not_created"
+        else:
+            batch.update(id=found.id, status="submitted")
+        self._save_batches()
 
     def _finish_batch(self, batch: dict) -> dict[str, str]:
         """Poll until the batch ends, then record its results; returns the unbilled outcomes."""

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from emojikit.errors import InputFileError
 
@@ -21,6 +22,32 @@ ADAPTER_FILE = "adapter_model.safetensors"
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
+
+
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how Rust (safetensors) shows an errno
+
+
+def save_torch(obj: Any, path: Path) -> None:
+    """torch.save through a Python file, so a full disk is an OSError naming the file (given a
+    path, torch's own writer reports it as a RuntimeError "unexpected pos ...", with no errno)."""
+    import torch
+
+    try:
+        with open(path, "wb") as f:
+            torch.save(obj, f)
+    except OSError as exc:
+        exc.filename = exc.filename or str(path)
+        raise
+
+
+def as_os_error(exc: BaseException, path: Path) -> BaseException:
+    """An OSError naming `path` for a library error that carries an errno in its text (the
+    SafetensorError of a full disk: "... No space left on device (os error 28)"); else exc."""
+    match = None if isinstance(exc, OSError) else _OS_ERROR.search(str(exc))
+    if match is None:
+        return exc
+    code = int(match.group(1))
+    return OSError(code, os.strerror(code), str(path))
 
 
 def write_atomically(path: Path, fill: Callable[[Path], None]) -> None:

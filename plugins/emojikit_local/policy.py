@@ -283,12 +283,17 @@ class LocalPolicy:
 
     def save(self, path: str, *, with_optimizer: bool = True) -> str:
         def fill(tmp: Path) -> None:
-            self.model.save_pretrained(str(tmp), selected_adapters=[TRAINED])
+            try:
+                self.model.save_pretrained(str(tmp), selected_adapters=[TRAINED])
+            except Exception as exc:  # a full disk shows as safetensors' own error: make it an OSError
+                if (error := checkpoint.as_os_error(exc, tmp / checkpoint.ADAPTER_FILE)) is exc:
+                    raise
+                raise error from None
             state = {"step": self.step, "model": self._model_ref, "decode_budget": self.decode_budget}
             (tmp / checkpoint.STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
-            torch.save(self.generator.get_state(), tmp / checkpoint.RNG_FILE)
+            checkpoint.save_torch(self.generator.get_state(), tmp / checkpoint.RNG_FILE)
             if with_optimizer and self.optimizer is not None:
-                torch.save(self.optimizer.state_dict(), tmp / checkpoint.OPTIMIZER_FILE)
+                checkpoint.save_torch(self.optimizer.state_dict(), tmp / checkpoint.OPTIMIZER_FILE)
 
         checkpoint.write_atomically(Path(path), fill)
         return str(path)

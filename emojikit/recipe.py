@@ -78,6 +78,7 @@ class Recipe:
     settings: dict[str, BaseModel]
     data: dict[str, Any] = field(repr=False, default_factory=dict)  # the resolved TOML
     overrides: list[str] = field(default_factory=list)  # the --set values it was loaded with
+    resume_command: Optional[str] = None  # set by emojikit.pipeline: the command that continues the whole chain
     registry: Optional[Registry] = field(repr=False, default=None)  # where the components were found
 
     def has(self, table: str) -> bool:
@@ -101,6 +102,8 @@ class Recipe:
         the command works as printed (and names the same run directory)."""
         import shlex
 
+        if self.resume_command:
+            return f"resume with: {redact_text(self.resume_command)}"
         sets = "".join(f" --set {shlex.quote(redact_text(o))}" for o in self.overrides)
         return f"resume with: emojikit run {shlex.quote(str(self.path))}{sets} --resume"
 

@@ -14,12 +14,11 @@ import fcntl
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Iterator, Optional
 
 from emojikit.errors import OutputError, RunDirectoryError
-from emojikit.io import append_jsonl, atomic_write_jsonl, atomic_write_text, os_problem, read_jsonl, writing
+from emojikit.io import append_jsonl, atomic_directory, atomic_write_jsonl, atomic_write_text, os_problem, read_jsonl, writing
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -110,31 +109,24 @@ class RunDir:
 
     @contextlib.contextmanager
     def new_checkpoint(self, step: int) -> Iterator[Path]:
-        """Yield a temporary directory; it is renamed to checkpoints/step_N once complete."""
+        """Yield a temporary directory (io.atomic_directory); it is renamed to
+        checkpoints/step_N once complete."""
         final = self.checkpoint_path(step)
-        tmp = self.checkpoints / f".step_{step}.tmp"
         doing = f"saving checkpoint step_{step}; the earlier checkpoints are intact (free the space, then {self.resume_hint})"
-        shutil.rmtree(tmp, ignore_errors=True)
-        with writing(tmp, doing):
-            tmp.mkdir(parents=True)
         try:
-            yield tmp
+            with atomic_directory(final, tmp_name=f".step_{step}.tmp") as tmp:
+                yield tmp
         except OSError as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
             if os_problem(exc) is None:
                 raise
             # A file of the temporary folder(s) is named as it would be in the checkpoint.
             failed = Path(exc.filename) if exc.filename else final
-            shown = final / failed.name if failed != final and self.checkpoints in failed.parents else failed
+            if failed.parent == self.checkpoints:
+                shown = final  # the folder itself (its temporary name, or the one moved aside)
+            else:
+                shown = final / failed.name if self.checkpoints in failed.parents else failed
             raise OutputError(f"{shown}: {os_problem(exc)} while {doing}") from None
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        with writing(final, doing):
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            atomic_write_text(self.checkpoints / "latest.json", json.dumps({"step": step, "path": str(final)}) + "\n")
+        atomic_write_text(self.checkpoints / "latest.json", json.dumps({"step": step, "path": str(final)}) + "\n")
 
     def resume_policy(self, policy, logs: tuple[str, ...]) -> int:
         """On --resume: load the last complete checkpoint into policy and drop log rows written
@@ -200,15 +192,27 @@ def recipe_differences(recorded_toml: str, new_toml: str) -> list[str]:
     return [f"{k} ({_short(old.get(k, _UNSET))} -> {_short(new.get(k, _UNSET))})" for k in keys if old.get(k, _UNSET) != new.get(k, _UNSET)]
 
 
+# Keys that say how long a run goes or how fast this machine runs it, not what it computes:
+# --resume may change them (extend a run by more steps), and says so.
+RESUMABLE_CHANGES = ("sft.steps", "sft.epochs", "grpo.steps", "backend.threads")
+
+
 def check_same_recipe(recorded: Path, recipe_toml: str) -> None:
     """--resume continues the run the directory records: a different recipe (kind, seed, any
-    setting) is refused, naming the keys, and recipe.toml is never overwritten silently."""
+    setting but RESUMABLE_CHANGES) is refused, naming the keys, and recipe.toml is never
+    overwritten silently."""
     if not recorded.is_file():
         return
     try:
         differences = recipe_differences(recorded.read_text(encoding="utf-8"), recipe_toml)
     except (UnicodeDecodeError, ValueError):
         raise RunDirectoryError(f"{recorded}: not a readable recipe; the run directory is damaged (start a new run with --set name=<new>)") from None
+    allowed = [d for d in differences if d.split(" ", 1)[0] in RESUMABLE_CHANGES]
+    if allowed:
+        import sys
+
+        print(f"emojikit: resuming {recorded.parent} with {'; '.join(allowed)} (recipe.toml updated)", file=sys.stderr)
+    differences = [d for d in differences if d not in allowed]
     if differences:
         shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
         raise RunDirectoryError(

@@ -18,9 +18,10 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from emojikit.components import Episode, Message
+from emojikit.components import Episode, Message, add_candidates
 from emojikit.config import ConfigModel
 from emojikit.metrics import summarize  # noqa: F401 - the game figures every loop reports
+from emojikit.policy import acceptance_between, sample_totals
 from emojikit.targets import split_targets  # noqa: F401 - (held-out, training) targets of a run
 
 EPISODES_FILE = "episodes.jsonl"
@@ -54,6 +55,9 @@ class GRPOSettings(ConfigModel):
     sft_run: Path = Field(Path("runs/sft"), description="Run directory whose latest checkpoint start_from=auto uses.")
     heldout_file: Optional[Path] = Field(
         None, description="Held-out targets (JSONL with a text field, or one per line); default: the first eval_targets of the prompt source."
+    )
+    target_max_words: Optional[int] = Field(
+        None, ge=1, description="Train only on targets of at most this many words (the data recipe's held-out RL targets have at most 12)."
     )
     eval_targets: int = Field(32, ge=0, description="Held-out targets played before, after and every eval_every steps (never trained on).")
     eval_every: int = Field(0, ge=0, description="Held-out game every N steps (0: only before and after).")
@@ -267,8 +271,7 @@ def run(recipe, run_dir) -> None:
     decoder = recipe.build("decoder", run_dir.path)
     judge = recipe.build("judge", run_dir.path)
     reward = recipe.build("reward", run_dir.path)
-    if hasattr(judge, "add_candidates"):
-        judge.add_candidates([m.text for m in heldout + train_targets])
+    add_candidates(judge, [m.text for m in heldout + train_targets])
     print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets, {len(heldout)} held out")
     from emojikit.io import atomic_write_text
 
@@ -284,7 +287,10 @@ def run(recipe, run_dir) -> None:
             run_dir.log(EVAL_FILE, evals[step])
         return evals[step]
 
-    if heldout:
+    # The comparison at the end plays the start and the final checkpoint (with base and the
+    # teacher); without it, the held-out game before and after is the run's own table.
+    before_after = bool(heldout) and not g.compare
+    if before_after:
         evaluate(0)
 
     stop_hint = recipe.resume_hint()  # repeats the --set values, so it works as printed
@@ -296,6 +302,7 @@ def run(recipe, run_dir) -> None:
             done = step + 1
             targets = [train_targets[i] for i in batch_indices(len(train_targets), g.batch_size, step, recipe.seed)]
             sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=g.temperature, seed=recipe.seed * 100_003 + step)
+            totals = sample_totals(policy)  # a policy that redraws invalid samples (SampleTotals)
             groups = play_groups(policy, decoder, judge, reward, targets, game, sampling, g.group_size)
             t_play = time.time() - t0
             kept = drop_failed(groups)
@@ -304,6 +311,7 @@ def run(recipe, run_dir) -> None:
 
             row = {"step": done, "dropped_groups": len(groups) - len(kept), "skipped_groups": skipped}
             row.update(step_statistics(groups, kept, t_play))
+            row.update(acceptance_between(totals, sample_totals(policy)))  # {} for a policy that masks
             datums = [d for group in per_group for d in group]
             if datums:
                 row["kl"] = fold_kl(policy, datums, temperature=g.temperature, decoder=decoder, kl_coef=g.kl_coef)
@@ -322,7 +330,7 @@ def run(recipe, run_dir) -> None:
                 bar.set_postfix(reward=f"{row['reward_mean']:.3f}", success=f"{row['success_rate']:.2f}", kl=f"{row.get('kl', 0.0):.3f}")
             give_up = failed_steps >= g.max_failed_steps
             if (g.save_every and done % g.save_every == 0) or done == g.steps or stop or give_up:
-                if heldout and done == g.steps:
+                if before_after and done == g.steps:
                     evaluate(done)
                 with run_dir.new_checkpoint(done) as tmp:
                     policy.save(str(tmp))
@@ -337,7 +345,7 @@ def run(recipe, run_dir) -> None:
                 )
         bar.close()
 
-    if heldout and g.steps in evals:
+    if before_after and 0 in evals and g.steps in evals:
         table = before_after_table(evals[0], evals[g.steps])
         atomic_write_text(run_dir.file("before_after.md"), table)
         print(table)

@@ -114,7 +114,7 @@ def test_grpo_end_to_end_and_resume(tmp_path, tiny_model):
     common = ["--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "grpo.batch_size=2", "--set", "grpo.group_size=2",
               "--set", "grpo.eval_targets=2", "--set", "grpo.save_every=1", "--set", "grpo.start_from=\"base\"",
               "--set", "game.max_turns=2", "--set", "game.max_new_tokens=6", "--set", "judge.distractors=8",
-              "--set", "grpo.target_pool=16", "--set", f"out={json.dumps(str(out))}"]
+              "--set", "grpo.target_pool=16", "--set", "grpo.compare=false", "--set", f"out={json.dumps(str(out))}"]
     output = run_cli("run", str(ROOT / "recipes/grpo.toml"), "--set", "grpo.steps=2", *common)
     assert "before" in output and "after" in output and "success rate" in output
     metrics = read_rows(out / "metrics.jsonl")

@@ -37,7 +37,7 @@ from emojikit.errors import (
 )
 from emojikit.format import DEFAULT_FORMAT, EmojiFormat, format_of
 from emojikit.hookspecs import hookimpl
-from emojikit.policy import AdamParams, ChatMessages, Datum, LossOutput, Policy, Sample, SamplingParams, TokenConstraint
+from emojikit.policy import AdamParams, ChatMessages, Datum, LossOutput, Policy, Sample, SampleTotals, SamplingParams, TokenConstraint
 from emojikit.secrets import require_key
 
 __version__ = "0.1.0"
@@ -49,7 +49,7 @@ __all__ = [
     "Message", "JudgeView", "Episode", "EpisodeTurn", "FormatCheck",
     "Sample", "SamplingParams", "Datum", "LossOutput", "AdamParams", "ChatMessages",
     # optional capabilities
-    "CandidatePool", "SuccessThreshold", "BindingReport", "DEFAULT_SUCCESS_THRESHOLD",
+    "CandidatePool", "SuccessThreshold", "BindingReport", "SampleTotals", "DEFAULT_SUCCESS_THRESHOLD",
     # the emoji format
     "EmojiFormat", "DEFAULT_FORMAT", "format_of", "emojis",
     # errors a plugin raises

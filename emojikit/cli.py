@@ -235,18 +235,14 @@ def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judge, overrid
 
         people = read_games(human_games)  # a bad file fails before any model loads
         checkpoints = checkpoints or tuple(c for c in checkpoints_played(people) if c == "base" or Path(c).is_dir())
-    extra = list(overrides)
-    if checkpoints:
-        extra.append("eval.checkpoints=[" + ", ".join(json.dumps(c) for c in checkpoints) + "]")
-    if targets:
-        extra.append(f"eval.targets_file={json.dumps(str(targets))}")
-    if n_targets:
-        extra.append(f"eval.n_targets={n_targets}")
-    if judge:
-        extra.append(f"judge={{ use = {json.dumps(judge)} }}")  # a whole new table: the old keys may not apply
+    # Flags are settings, never TOML text: --judge replaces the whole table before the --set
+    # values (so `--judge claude --set judge.timeout_s=2` sets the new judge's timeout), the
+    # other flags win over --set (recipe.resolve_data).
+    chosen = {"checkpoints": list(checkpoints), "targets_file": str(targets) if targets else None, "n_targets": n_targets}
+    settings: dict = {"eval": {key: value for key, value in chosen.items() if value}} if any(chosen.values()) else {}
     if out:
-        extra.append(f"out={json.dumps(str(out))}")
-    recipe = load_recipe(recipe_path, extra)
+        settings["out"] = str(out)
+    recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judge}, settings=settings)
     from emojikit.recipe import check_ready
 
     check_ready(recipe)  # targets and token budget, before the report directory is touched

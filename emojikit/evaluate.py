@@ -13,9 +13,10 @@ from typing import Optional, Sequence
 from pydantic import Field, field_validator
 
 from emojikit import emojis
+from emojikit.components import add_candidates
 from emojikit.config import ConfigModel, ExistingFile
 from emojikit.format import DEFAULT_FORMAT, EmojiFormat, format_of
-from emojikit.io import atomic_write_text
+from emojikit.io import atomic_write_text, save_png
 
 
 def answer_stats(messages: Sequence[str], answers: Sequence[str], lengths: Sequence[int], fmt: EmojiFormat = DEFAULT_FORMAT) -> dict:
@@ -217,8 +218,7 @@ def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path,
     decoder = recipe.build("decoder", out_dir)
     judge = recipe.build("judge", out_dir)
     reward = recipe.build("reward", out_dir)
-    if hasattr(judge, "add_candidates"):
-        judge.add_candidates([m.text for m in targets])
+    add_candidates(judge, [m.text for m in targets])
     sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=settings.temperature, seed=recipe.seed)
     results: dict = {"targets": len(targets), "seed": recipe.seed, "judge": recipe.components["judge"].spec.name,
                      "max_turns": game.max_turns, "temperature": settings.temperature, "checkpoints": {}}
@@ -290,10 +290,8 @@ def game_chart(results: dict, path: Path) -> None:
         ax.set_title(label)
         ax.set_ylim(0, 1)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=100)
+    save_png(fig, path)
     plt.close(fig)
-    tmp.replace(path)
 
 
 def eval_targets(recipe, settings: EvalSettings, out_dir: Path):

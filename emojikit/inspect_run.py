@@ -8,12 +8,11 @@ read the run's files, so they work while training still appends to them.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
 from emojikit.errors import InputFileError, RunDirectoryError
-from emojikit.io import atomic_write_text, read_jsonl
+from emojikit.io import atomic_write_text, read_jsonl, save_png
 
 RUN_MARKERS = ("recipe.toml", "metrics.jsonl", "episodes.jsonl", "eval.jsonl", "eval.json")
 
@@ -129,18 +128,6 @@ def inspect_lines(run: Path | str, **filters) -> list[str]:
 # --- report -----------------------------------------------------------------------------------
 
 
-def _save_png(fig, path: Path) -> None:
-    """Save a figure so a reader never sees a partial PNG: temp file, then rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=100)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def plot_metrics(metrics: Sequence[dict], evals: Sequence[dict], out: Path) -> list[tuple[str, Path]]:
     """One PNG per logged curve plus overview.png (all of them in a grid); returns (title, path)."""
     import matplotlib
@@ -185,7 +172,7 @@ def plot_metrics(metrics: Sequence[dict], evals: Sequence[dict], out: Path) -> l
         draw(ax, key, title, points)
         fig.tight_layout()
         path = out / f"{stem}.png"
-        _save_png(fig, path)
+        save_png(fig, path)
         plt.close(fig)
         written.append((title, path))
 
@@ -198,7 +185,7 @@ def plot_metrics(metrics: Sequence[dict], evals: Sequence[dict], out: Path) -> l
         ax.set_visible(False)
     fig.tight_layout()
     path = out / "overview.png"
-    _save_png(fig, path)
+    save_png(fig, path)
     plt.close(fig)
     return [("overview", path)] + written
 

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
@@ -67,23 +68,86 @@ def _umask() -> int:
     return mask
 
 
+@contextlib.contextmanager
+def atomic_path(path: Path | str, *, suffix: str = ".tmp") -> Iterator[Path]:
+    """The one temp-file-then-rename writer: yields a temporary file beside `path` for the
+    block to write (by name or by opening it); when the block ends without an error the file
+    is flushed to disk and renamed onto `path`, so a reader never sees a partial file, even
+    after kill -9. On an error it is removed and the file as it was stays intact.
+
+    `suffix` ends the temporary name, for writers that read a format from it (".png" for
+    savefig, ".npy" for np.save). The file gets normal permissions (mkstemp's are 0600)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # the file as it was stays intact
+        raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path: Path | str, *, replace: bool = True, tmp_name: Optional[str] = None) -> Iterator[Path]:
+    """atomic_path for a folder (a checkpoint, a model cache): yields a temporary directory
+    beside `path` to fill; when the block ends without an error it is renamed to `path`.
+
+    An older `path` is replaced: moved aside first, removed only once the new one is in place.
+    With replace=False an existing, non-empty `path` is kept instead: the rename fails with an
+    OSError and the new copy is removed (two processes filling the same cache; the first
+    wins). On an error the temporary directory is removed.
+
+    `tmp_name` fixes the temporary directory's name (one writer at a time: a run's checkpoint
+    folder, whose name says which step it holds); one left by a killed writer is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if tmp_name is None:
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    else:
+        tmp = path.parent / tmp_name
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private
+        yield tmp
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()  # an empty placeholder (e.g. made by a cache lookup)
+        if path.exists() and replace:
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def atomic_write_text(path: Path | str, text: str) -> None:
     """Write text so a reader never sees a partial file, even after kill -9."""
     path = Path(path)
     text = _scrub(text)
-    with writing(path, f"writing {path.name}"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file normal permissions
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)  # the file as it was stays intact
-            raise
+    with writing(path, f"writing {path.name}"), atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def save_png(fig: Any, path: Path | str) -> None:
+    """Save a matplotlib figure as a PNG through atomic_path (100 dpi, the reports' size)."""
+    path = Path(path)
+    with writing(path, f"writing {path.name}"), atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
 
 
 def atomic_write_jsonl(path: Path | str, rows: Iterable[dict]) -> int:

@@ -130,3 +130,28 @@ class Policy(Protocol):
         """Save weights (and optimizer/trainer state for resuming); returns a reference load() accepts."""
 
     def load(self, ref: str, *, with_optimizer: bool = True) -> None: ...
+
+
+@runtime_checkable
+class SampleTotals(Protocol):
+    """Optional policy capability: running totals of a sampler that checks samples against the
+    decoder and redraws the invalid ones (Tinker cannot mask logits). "drawn" counts every
+    sample drawn, "accepted" those that passed; the GRPO loop logs each step's share as
+    `acceptance_rate` in metrics.jsonl. A policy that masks logits has no need of it."""
+
+    def sample_totals(self) -> dict[str, float]: ...
+
+
+def sample_totals(policy: Any) -> Optional[dict[str, float]]:
+    """A `SampleTotals` policy's running totals (a copy), None for other policies."""
+    return dict(policy.sample_totals()) if isinstance(policy, SampleTotals) else None
+
+
+def acceptance_between(before: Optional[dict[str, float]], after: Optional[dict[str, float]]) -> dict[str, float]:
+    """{"acceptance_rate": accepted / drawn} of the samples drawn between two sample_totals()
+    readings; {} when the policy keeps no totals or drew nothing."""
+    if before is None or after is None:
+        return {}
+    drawn = after.get("drawn", 0.0) - before.get("drawn", 0.0)
+    accepted = after.get("accepted", 0.0) - before.get("accepted", 0.0)
+    return {"acceptance_rate": accepted / drawn} if drawn > 0 else {}

@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Optional, Sequence
 
-from emojikit.io import atomic_write_text
+from emojikit.io import atomic_write_text, save_png
 
 START_FILE = "start.json"  # written by grpo.run: the checkpoint the sender started from
 BOOTSTRAP_SAMPLES = 2000
@@ -194,10 +194,8 @@ def curves_chart(run_dirs: Sequence[Path], path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=100)
+    save_png(fig, path)
     plt.close(fig)
-    tmp.replace(path)
 
 
 def sweep(recipe_path: Path, seeds: Sequence[int], overrides: Sequence[str], judges: Sequence[str], teacher: Optional[str], out: Optional[Path]) -> Path:

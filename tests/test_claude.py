@@ -479,19 +479,6 @@ def test_judge_retries_rate_limits(fake):
     assert fake.count("messages") == 3
 
 
-@pytest.mark.parametrize(
-    "raw, cleaned",
-    [
-        ("I got promoted!", "I got promoted!"),
-        ("\n\n  My guess: 'It is raining'  \nexplanation", "It is raining"),
-        ("**The message is: we won the game**", "we won the game"),
-        ("word " * 100, ("word " * 40).strip()),
-    ],
-)
-def test_guess_cleaning(raw, cleaned):
-    assert prompts.clean_guess(raw, 200) == cleaned
-
-
 # --- the whole recipe -----------------------------------------------------------------------
 
 

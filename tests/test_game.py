@@ -333,10 +333,8 @@ def one_thread():
 
 
 def test_local_lm_judge_gives_short_one_line_guesses(one_thread):
-    from emojikit_retrieval.local_lm import LocalLMConfig, build, clean_guess
+    from emojikit_retrieval.local_lm import LocalLMConfig, build
 
-    assert clean_guess('Message: "Pizza tonight!" 🍕\nMore text') == "Pizza tonight!"
-    assert clean_guess("\n\nEmoji: 🍕 pizza\nThe answer is: let's eat") == "let's eat"
     judge = build(LocalLMConfig(max_new_tokens=16, max_words=12), None)
     guesses = judge.guess([JudgeView(["🍕🌙"]), JudgeView(["🌧️☂️", "🏠"], ["It is sunny"]), JudgeView(["words only"])])
     assert len(guesses) == 3 and guesses[2] == ""

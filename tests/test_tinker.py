@@ -29,7 +29,7 @@ from emojikit.errors import ConfigError, MissingCredentialError, RemoteServiceEr
 from emojikit.policy import AdamParams, Datum, SamplingParams
 from emojikit_tinker import clients
 from emojikit_tinker.config import RetrySettings, TinkerBackendConfig, TinkerJudgeConfig
-from emojikit_tinker.judge import TinkerJudge, clean_guess
+from emojikit_tinker.judge import TinkerJudge
 from emojikit_tinker.policy import TinkerPolicy, resolve_state_path
 from emojikit_tinker.retry import Retrier
 
@@ -502,14 +502,6 @@ def test_save_records_tinker_path_and_load_resumes(service, tmp_path):
 # --- the judge ---------------------------------------------------------------------------------
 
 
-def test_clean_guess():
-    assert clean_guess("<think>hmm, a party</think>\n\nGuess: \"We are having a party!\"\nBecause of 🎉") == "We are having a party!"
-    assert clean_guess("**I got the job**") == "I got the job"
-    assert clean_guess("  \n- Message: it is raining   today \n") == "it is raining today"
-    assert clean_guess("<think>never closed") == ""
-    assert clean_guess("word " * 100, max_chars=20) == "word word word word"
-
-
 def test_tinker_judge_prompts_concurrency_and_cleaning(service):
     config = TinkerJudgeConfig(concurrency=2, max_tokens=8)
     judge = TinkerJudge(config, retrier=no_sleep_retrier())
@@ -609,3 +601,4 @@ def test_grpo_loop_end_to_end_through_tinker_backend_and_judge(service, tmp_path
             completion = tuple(d.loss_fn_inputs["target_tokens"].tolist()[first:])
             assert completion in sampled
     assert json.loads(Path("runs/g/checkpoints/step_2/tinker.json").read_text())["state_path"].startswith("tinker://")
+    assert all(0.0 <= r["acceptance_rate"] <= 1.0 for r in metrics)  # the decoder's check of redrawn samples (SampleTotals)

@@ -1,17 +1,16 @@
 """The Anthropic client every Claude component shares, and the retry policy around its calls.
 
 Retries are ours rather than the SDK's (the client is built with max_retries=0) so that one
-policy, configurable per recipe and observable in tests, covers every call: exponential
-backoff with jitter on 429, 408/409, 5xx (529 overloaded included), timeouts and connection
-errors, honouring the server's retry-after. Anything else fails at once with one line.
+policy, configurable per recipe and observable in tests, covers every call: the core's
+`emojikit.retry.Backoff` (exponential backoff with jitter, honouring the server's
+retry-after) on 429, 408/409, 5xx (529 overloaded included), timeouts and connection errors.
+Anything else fails at once with one line.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar
 
 import anthropic
@@ -25,6 +24,7 @@ except ImportError:  # pragma: no cover
 # (RemoteProtocolError) or stalled past the timeout (ReadTimeout). Retried like a dropped connection.
 TRANSPORT_ERRORS = (_http.TransportError,)
 
+from emojikit import retry
 from emojikit.errors import RemoteServiceError
 from emojikit.secrets import require_key, scrub
 from emojikit_claude.settings import API_KEY_VAR, ClaudeClientConfig
@@ -63,18 +63,16 @@ class RetriesExhausted(APICallError):
     """A transient failure (429, 5xx, timeout, connection) that outlasted every retry."""
 
 
-def _retry_after(headers: Any) -> Optional[float]:
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) * scale)
-        except ValueError:
-            continue  # an HTTP date: rare from this API; fall back to our own backoff
-    return None
+def retryable(exc: BaseException) -> bool:
+    """A transient failure: 408/409/429 or 5xx, a timeout, a connection or stream error."""
+    if isinstance(exc, anthropic.APIStatusError):
+        return exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500
+    # APIConnectionError includes APITimeoutError; TRANSPORT_ERRORS: a body cut off or stalled mid-stream (batch results)
+    return isinstance(exc, (anthropic.APIConnectionError, *TRANSPORT_ERRORS))
+
+
+def asked_wait(exc: BaseException) -> Optional[float]:
+    return retry.retry_after(exc.response.headers) if isinstance(exc, anthropic.APIStatusError) else None
 
 
 def _describe(exc: BaseException) -> str:
@@ -91,54 +89,34 @@ def _describe(exc: BaseException) -> str:
 
 
 @dataclass
-class Backoff:
-    """Runs a call with retries; `sleep` and `rng` are attributes so tests can observe the waits."""
+class Backoff(retry.Backoff):
+    """The core retry policy with Claude's defaults, Anthropic's errors sorted into retryable
+    or not, and each retry logged and shown (`notify`)."""
 
     max_retries: int = 6
-    initial_s: float = 1.0
     max_s: float = 60.0
-    retry_after_max_s: float = 600.0
-    sleep: Callable[[float], None] = time.sleep
-    rng: random.Random = field(default_factory=random.Random)
     # Shown to the user as each retry is decided (the teacher prints it; logs get it at INFO).
     notify: Optional[Callable[[str], None]] = None
 
     @classmethod
     def from_config(cls, cfg: ClaudeClientConfig) -> "Backoff":
-        return cls(cfg.max_retries, cfg.backoff_initial_s, cfg.backoff_max_s, cfg.retry_after_max_s)
-
-    def delay(self, retry: int, retry_after: Optional[float]) -> float:
-        """Seconds to wait before retry number `retry` (0-based)."""
-        if retry_after is not None and retry_after > 0:
-            return min(retry_after, self.retry_after_max_s)
-        # Jitter in [0.5, 1] of the exponential step spreads out clients that failed together.
-        step = min(self.max_s, self.initial_s * 2.0**retry)
-        return step * (0.5 + 0.5 * self.rng.random())
+        return cls(max_retries=cfg.max_retries, initial_s=cfg.backoff_initial_s, max_s=cfg.backoff_max_s, retry_after_max_s=cfg.retry_after_max_s)
 
     def call(self, fn: Callable[[], T], what: str) -> T:
-        for retry in range(self.max_retries + 1):
-            try:
-                return fn()
-            except anthropic.APIStatusError as exc:
-                retryable = exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500
-                status, retry_after = exc.status_code, _retry_after(exc.response.headers)
-                error: BaseException = exc
-            except anthropic.APIConnectionError as exc:  # includes APITimeoutError
-                retryable, status, retry_after, error = True, None, None, exc
-            except TRANSPORT_ERRORS as exc:  # a body cut off or stalled mid-stream (batch results)
-                retryable, status, retry_after, error = True, None, None, exc
-            if not retryable:
-                raise APICallError(scrub(f"Anthropic API, {what}: {_describe(error)}"), status) from None
-            if retry == self.max_retries:
-                raise RetriesExhausted(
-                    scrub(f"Anthropic API, {what}: still failing after {self.max_retries} retries: {_describe(error)}"), status
-                ) from None
-            wait = self.delay(retry, retry_after)
-            log.info("Anthropic API, %s: %s; retrying in %.2fs", what, scrub(_describe(error)), wait)
+        def on_retry(exc: BaseException, retry: int, wait: float) -> None:
+            log.info("Anthropic API, %s: %s; retrying in %.2fs", what, scrub(_describe(exc)), wait)
             if self.notify is not None:
-                self.notify(scrub(f"{what}: {_describe(error)}; retry {retry + 1} of {self.max_retries} in {wait:.1f}s"))
-            self.sleep(wait)
-        raise AssertionError("unreachable")
+                self.notify(scrub(f"{what}: {_describe(exc)}; retry {retry + 1} of {self.max_retries} in {wait:.1f}s"))
+
+        try:
+            return self.run(fn, retryable, asked=asked_wait, on_retry=on_retry)
+        except (anthropic.APIStatusError, anthropic.APIConnectionError, *TRANSPORT_ERRORS) as exc:
+            status = exc.status_code if isinstance(exc, anthropic.APIStatusError) else None
+            if not retryable(exc):
+                raise APICallError(scrub(f"Anthropic API, {what}: {_describe(exc)}"), status) from None
+            raise RetriesExhausted(
+                scrub(f"Anthropic API, {what}: still failing after {self.max_retries} retries: {_describe(exc)}"), status
+            ) from None
 
 
 def text_of(message: Any) -> str:

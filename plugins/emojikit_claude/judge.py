@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 
 from emojikit.components import BuildContext, JudgeView
-from emojikit_claude import prompts
+from emojikit.guesses import clean_guess
 from emojikit_claude.client import Backoff, RetriesExhausted, make_client, text_of
 from emojikit_claude.settings import ClaudeJudgeConfig
 
@@ -55,7 +55,7 @@ class ClaudeJudge:
         except RetriesExhausted as exc:
             log.warning("%s; this episode is dropped", exc)
             return None
-        return prompts.clean_guess(text_of(reply), self.cfg.max_chars)
+        return clean_guess(text_of(reply), max_chars=self.cfg.max_chars)
 
     def guess(self, views: Sequence[JudgeView]) -> list[Optional[str]]:
         if not views:

@@ -88,20 +88,3 @@ def parse_message_lines(text: str, max_chars: int) -> list[str]:
 def dedup_key(text: str) -> str:
     """Messages that differ only in case, spacing or trailing punctuation count as one."""
     return " ".join(text.casefold().split()).rstrip(".!?\u2026 ")
-
-
-_GUESS_PREFIX = re.compile(r"^(?:(?:my |final )?guess|message|answer|the message is|it says)\s*[:\-]\s*", re.IGNORECASE)
-
-
-def clean_guess(text: str, max_chars: int) -> str:
-    """The first non-empty line, without a 'Guess:' label or wrapping quotes, cut at a word boundary."""
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    line = line.strip("*_").strip()  # markdown emphasis
-    line = _GUESS_PREFIX.sub("", line).strip()
-    if len(line) >= 2 and line[0] in _QUOTES and line[-1] in _QUOTES:
-        line = line[1:-1].strip()
-    line = " ".join(line.split())
-    if len(line) > max_chars:
-        cut = line[:max_chars]
-        line = cut.rsplit(" ", 1)[0] if " " in cut else cut
-    return line

@@ -11,8 +11,6 @@ does not depend on min/max emoji (counts are applied later), so it is cached on 
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from emojikit.errors import ConfigError
+from emojikit.io import atomic_path
 
 from .automaton import ROOT, EmojiAutomaton
 from . import tokens
@@ -59,24 +58,16 @@ class TokenGraph:
         return int(np.unique(self.edge_token).size)
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(
-                    f,
-                    automaton_nodes=self.automaton_nodes,
-                    edge_ptr=self.edge_ptr,
-                    edge_token=self.edge_token,
-                    edge_dst=self.edge_dst,
-                    edge_delta=self.edge_delta,
-                    scalars=np.array([self.start, self.boundary, self.vocab_size, self.eos_token_id, FORMAT_VERSION], dtype=np.int64),
-                )
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache is not secret
-            os.replace(tmp, path)  # readers never see a partial cache file
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:  # readers never see a partial cache file
+            np.savez(
+                f,
+                automaton_nodes=self.automaton_nodes,
+                edge_ptr=self.edge_ptr,
+                edge_token=self.edge_token,
+                edge_dst=self.edge_dst,
+                edge_delta=self.edge_delta,
+                scalars=np.array([self.start, self.boundary, self.vocab_size, self.eos_token_id, FORMAT_VERSION], dtype=np.int64),
+            )
 
     @classmethod
     def load(cls, path: Path) -> Optional["TokenGraph"]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from emojikit.io import atomic_path
 
 from .constraint import EmojiConstraint
 
@@ -55,16 +55,8 @@ def explore(constraint: EmojiConstraint) -> dict[str, np.ndarray]:
 
 
 def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache is not secret
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez_compressed(f, **arrays)
 
 
 def mask_report(model: str, decoder: Any, export: Path | None = None) -> list[tuple[str, str]]:

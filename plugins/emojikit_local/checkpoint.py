@@ -2,8 +2,8 @@
 loadable with plain `PeftModel.from_pretrained`) plus trainer state for resuming:
 trainer_state.json (step, model), optimizer.pt and rng.pt.
 
-A folder is written under a temporary name and renamed into place, so a reader never sees
-half a checkpoint.
+A folder is written under a temporary name and renamed into place (emojikit.io's
+atomic_directory), so a reader never sees half a checkpoint.
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from emojikit.errors import InputFileError
 
@@ -48,25 +46,6 @@ def as_os_error(exc: BaseException, path: Path) -> BaseException:
         return exc
     code = int(match.group(1))
     return OSError(code, os.strerror(code), str(path))
-
-
-def write_atomically(path: Path, fill: Callable[[Path], None]) -> None:
-    """Call fill(tmp_dir), then move tmp_dir to path (replacing an older checkpoint there)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
-    try:
-        fill(tmp)
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(path, old)
-            os.rename(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def check_checkpoint(ref: str, *, resuming: bool = False) -> Path:

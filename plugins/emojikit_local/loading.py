@@ -7,14 +7,12 @@ Other plugins (the local-LM judge, the benchmarks) load models through here too.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from emojikit import bundled
 from emojikit.errors import ConfigError, ModelUnavailableError
+from emojikit.io import atomic_directory
 
 DTYPES = ("float32", "bfloat16")
 _BUNDLED_CACHE = ("models", "smollm2-135m-instruct")
@@ -68,16 +66,11 @@ def _cached_bundled_dir() -> Path:
 
 def _write_bundled_cache(model) -> None:
     """Save the dequantized weights atomically: a temp dir, then one rename."""
-    final = _cached_bundled_dir()
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private
     try:
-        model.save_pretrained(str(tmp))
-        if final.exists() and not any(final.iterdir()):
-            final.rmdir()  # cache_dir() creates it empty
-        os.rename(tmp, final)
+        with atomic_directory(_cached_bundled_dir(), replace=False) as tmp:
+            model.save_pretrained(str(tmp))
     except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race; its copy is equal
+        pass  # another process won the race (its copy is equal), or the cache cannot be written
 
 
 def load_model(model: str, dtype: str = "float32", device: str = "auto"):

@@ -15,6 +15,7 @@ from typing import Any, Iterator, Optional, Sequence
 import torch
 
 from emojikit.errors import ConfigError, InputFileError
+from emojikit.io import atomic_directory
 from emojikit.policy import AdamParams, ChatMessages, Datum, LossOutput, Sample, SamplingParams
 from emojikit_local import checkpoint
 from emojikit_local.config import LocalConfig
@@ -88,9 +89,10 @@ class LocalPolicy:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.stop_ids = self._stop_ids()
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
-        # Decoder masks depend on the token budget (tokens_left); Datum does not carry it, so
-        # scoring replays with the budget of the latest sample call.
-        self.decode_budget = SamplingParams().max_tokens
+        # Decoder masks depend on the token budget (tokens_left). Scoring replays each datum's
+        # own Datum.decode_budget (GRPO sets it); this budget of the latest sample call is the
+        # fallback only for a decoded datum without one (built by hand from a Sample).
+        self.last_sample_budget = SamplingParams().max_tokens
         self._constraints: dict[int, Any] = {}
         self._model_ref = getattr(config, "model", "")
 
@@ -145,7 +147,7 @@ class LocalPolicy:
             if len(tokens) + params.max_tokens > self.config.max_seq_len:
                 raise ConfigError(f"prompt of {len(tokens)} tokens + max_tokens {params.max_tokens} exceeds max_seq_len {self.config.max_seq_len}; raise the backend's max_seq_len")
         generator = self.generator if params.seed is None else torch.Generator(device=self.device).manual_seed(params.seed)
-        self.decode_budget = params.max_tokens
+        self.last_sample_budget = params.max_tokens
         rows = [tokens for tokens in prompt_tokens for _ in range(n)]
         decoded = []
         for chunk in _chunks(rows, self.config.sample_batch_size):
@@ -195,7 +197,7 @@ class LocalPolicy:
         with torch.inference_mode(), self._weights(reference):
             for batch in self._micro_batches(datums):
                 chunk = [datums[i] for i in batch]
-                logprobs_B_T = target_logprobs(self.model, chunk, temperature=temperature, constraint=constraint, budget=self.decode_budget, pad_id=self.pad_id, device=self.device)
+                logprobs_B_T = target_logprobs(self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget, pad_id=self.pad_id, device=self.device)
                 for row, i in enumerate(batch):
                     result[i] = logprobs_B_T[row, : len(datums[i].target_tokens)].tolist()
         return result
@@ -218,7 +220,7 @@ class LocalPolicy:
             for batch in self._micro_batches(datums):
                 chunk = [datums[i] for i in batch]
                 logprobs_B_T = target_logprobs(
-                    self.model, chunk, temperature=temperature, constraint=constraint, budget=self.decode_budget,
+                    self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget,
                     pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk), share_prefix=True, weighted_only=True,
                 )
                 weights_B_T = self._per_position(chunk, lambda d: d.weights, logprobs_B_T.shape)
@@ -289,13 +291,14 @@ class LocalPolicy:
                 if (error := checkpoint.as_os_error(exc, tmp / checkpoint.ADAPTER_FILE)) is exc:
                     raise
                 raise error from None
-            state = {"step": self.step, "model": self._model_ref, "decode_budget": self.decode_budget}
+            state = {"step": self.step, "model": self._model_ref, "decode_budget": self.last_sample_budget}
             (tmp / checkpoint.STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
             checkpoint.save_torch(self.generator.get_state(), tmp / checkpoint.RNG_FILE)
             if with_optimizer and self.optimizer is not None:
                 checkpoint.save_torch(self.optimizer.state_dict(), tmp / checkpoint.OPTIMIZER_FILE)
 
-        checkpoint.write_atomically(Path(path), fill)
+        with atomic_directory(path) as tmp:  # replaces an older checkpoint there
+            fill(tmp)
         return str(path)
 
     def load(self, ref: str, *, with_optimizer: bool = True) -> None:
@@ -311,7 +314,7 @@ class LocalPolicy:
             raise InputFileError(f"{path}: adapter has weights this model lacks, e.g. {result.unexpected_keys[0]}")
         state = checkpoint.read_state(path)
         self.step = int(state.get("step", 0))
-        self.decode_budget = int(state.get("decode_budget", self.decode_budget))
+        self.last_sample_budget = int(state.get("decode_budget", self.last_sample_budget))
         if (path / checkpoint.RNG_FILE).exists():
             self.generator.set_state(torch.load(path / checkpoint.RNG_FILE))
         if with_optimizer and (path / checkpoint.OPTIMIZER_FILE).exists():

@@ -29,7 +29,8 @@ def right_pad(rows: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch
 
 def replay_queries(datums: Sequence[Datum], constraint: Any, budget: int) -> tuple[list[int], list[int], list[Any], list[int]]:
     """(rows, positions, states, tokens_left) for every decoded position, in the order the
-    sampler met them: the decoder restarts at each span and advances over the targets."""
+    sampler met them: the decoder restarts at each span and advances over the targets. The
+    token budget is the datum's decode_budget; `budget` only stands in for a datum without one."""
     rows, positions, states, tokens_left = [], [], [], []
     for b, datum in enumerate(datums):
         for start, end in datum.decoded_spans:

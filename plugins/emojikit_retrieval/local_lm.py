@@ -8,22 +8,18 @@ when it still answers with no words, the guess is that literal reading (the name
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal, Sequence
 
-import emoji as emoji_pkg
 from pydantic import Field, field_validator
 
 from emojikit import emojis
 from emojikit.bundled import SMOLLM2
 from emojikit.components import BuildContext, JudgeView
 from emojikit.config import ConfigModel
+from emojikit.guesses import clean_guess
 
 DEFAULT_SYSTEM = "You turn emoji into the short everyday message they stand for."
 DEFAULT_PROMPT = "{emoji}\n{earlier}Write the message as one short sentence in plain English."
-_PREFIX = re.compile(r"^(the )?(message|answer|guess|decoded message|translation|sentence)( is)?\s*[:\-]\s*", re.IGNORECASE)
-# Lines a small model copies from the prompt instead of answering.
-_ECHO = re.compile(r"^(emoji( \d+)?( meaning)?|wrong guesses so far)\s*:", re.IGNORECASE)
 
 
 class LocalLMConfig(ConfigModel):
@@ -52,20 +48,6 @@ class LocalLMConfig(ConfigModel):
         if names - {"emoji", "earlier"} or "emoji" not in names:
             raise ValueError("placeholders: {emoji} (required) and {earlier}; write literal braces as {{ and }}")
         return value
-
-
-def clean_guess(text: str, max_words: int = 16) -> str:
-    """The first non-empty line, without emoji, quotes or a "Message:" prefix, cut to max_words."""
-    for line in text.splitlines():
-        # Emoji and replacement characters (an emoji cut mid-byte by the token limit) go.
-        line = emoji_pkg.replace_emoji(line, "").replace("\ufffd", "").strip()
-        if _ECHO.match(line):
-            continue
-        line = _PREFIX.sub("", line).replace("(", "").replace(")", "")
-        line = line.strip().strip("\"'`*“”‘’ ").strip()
-        if line:
-            return " ".join(line.split()[:max_words])
-    return ""
 
 
 class LocalLMJudge:
@@ -101,7 +83,7 @@ class LocalLMJudge:
             rows = todo[start : start + self.cfg.batch_size]
             for i, text in zip(rows, self._generate([self.messages(views[i]) for i in rows])):
                 literal = " / ".join(n for n in (emojis.names_text(emojis.split(t)) for t in views[i].emoji_turns) if n)
-                out[i] = clean_guess(text, self.cfg.max_words) or " ".join(literal.split()[: self.cfg.max_words])
+                out[i] = clean_guess(text, max_words=self.cfg.max_words, drop_emoji=True) or " ".join(literal.split()[: self.cfg.max_words])
         return out
 
     def _generate(self, chats: list[list[dict[str, str]]]) -> list[str]:

@@ -27,6 +27,7 @@ from pydantic import Field, model_validator
 from emojikit import emojis
 from emojikit.components import BuildContext, Message
 from emojikit.config import ConfigModel
+from emojikit.io import atomic_path
 
 STOPWORDS = frozenset(
     """
@@ -152,9 +153,8 @@ def load_inventory(encode) -> Inventory:
         text_emb = np.load(path)
     else:
         text_emb = encode(texts).astype(np.float32)
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, text_emb)
-        tmp.replace(path)
+        with atomic_path(path, suffix=".npy") as tmp:
+            np.save(tmp, text_emb)
     starts_arr = np.asarray(starts)
     name_emb = text_emb[starts_arr]  # the first text of each emoji is its CLDR name
     flags = np.array([emojis.is_flag(s) for s in seqs])

@@ -7,35 +7,15 @@ earlier guesses as its assistant messages. All views of a batch are sent at once
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional, Sequence
 
 from emojikit.components import JudgeView
+from emojikit.guesses import clean_guess
 
 from emojikit_tinker import chat
 from emojikit_tinker.clients import make_service_client
 from emojikit_tinker.config import RetrySettings, TinkerJudgeConfig
 from emojikit_tinker.retry import Retrier
-
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_LABEL = re.compile(r"^(?:guess|message|answer|original message|reconstructed message)\s*[:\-]\s*", re.IGNORECASE)
-_WRAPPERS = "\"'`*_“”‘’ "
-
-
-def clean_guess(text: str, max_chars: int = 200) -> str:
-    """The first meaningful line of an answer, without thinking, labels, quotes or markdown."""
-    text = _THINK.sub("", text)
-    if "<think>" in text.lower():  # an unclosed thinking block: nothing after it is the answer
-        text = text[: text.lower().index("<think>")]
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip(_WRAPPERS + "-#>")), "")
-    line = line.lstrip("-#> ").strip()
-    line = _LABEL.sub("", line).strip(_WRAPPERS)
-    line = " ".join(line.split())
-    if len(line) > max_chars:
-        cut = line[:max_chars].rsplit(" ", 1)[0]
-        line = cut if cut else line[:max_chars]
-    return line
-
 
 def judge_tokenizer(sampler: Any, model: str) -> Any:
     """The judge model's tokenizer: from the sampling client, else from the local HF cache."""
@@ -87,5 +67,5 @@ class TinkerJudge:
                 guesses.append(None)
                 continue
             tokens = list(response.sequences[0].tokens) if response.sequences else []
-            guesses.append(clean_guess(self.tokenizer.decode(tokens, skip_special_tokens=True), self.config.max_chars))
+            guesses.append(clean_guess(self.tokenizer.decode(tokens, skip_special_tokens=True), max_chars=self.config.max_chars))
         return guesses

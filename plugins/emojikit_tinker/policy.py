@@ -159,6 +159,7 @@ class TinkerPolicy:
         self.state_path: Optional[str] = None  # the tinker:// path last saved or loaded
         self.last_sample_stats: dict[str, float] = {}
         self.last_sample_valid: list[list[bool]] = []
+        self._totals = {"drawn": 0.0, "accepted": 0.0}  # every sample() call so far (SampleTotals)
 
     @property
     def name(self) -> str:
@@ -260,6 +261,8 @@ class TinkerPolicy:
             if len(kept[i]) < n:
                 raise RemoteServiceError(f"tinker sample returned {len(kept[i])} sequences for a prompt, expected {n}")
         invalid = sum(row.count(False) for row in self.last_sample_valid)
+        self._totals["drawn"] += drawn
+        self._totals["accepted"] += accepted
         self.last_sample_stats = {
             "drawn": float(drawn),
             "accepted": float(accepted),
@@ -268,6 +271,11 @@ class TinkerPolicy:
             "rounds": float(rounds),
         }
         return kept
+
+    def sample_totals(self) -> dict[str, float]:
+        """Samples drawn and accepted by the decoder's check over every sample() call
+        (emojikit.policy.SampleTotals: GRPO logs each step's acceptance_rate)."""
+        return dict(self._totals)
 
     def _to_sample(self, prompt_tokens: list[int], sequence: Any) -> Sample:
         tokens = [int(t) for t in sequence.tokens]

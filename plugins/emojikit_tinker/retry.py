@@ -1,4 +1,4 @@
-"""Retries with exponential backoff and jitter, and a bounded window of requests in flight.
+"""Retries (the core's `emojikit.retry.Backoff`) and a bounded window of requests in flight.
 
 Only idempotent requests go through here (sampling, scoring, saving, creating clients):
 a training request that failed half-way must not be sent twice, so forward_backward and
@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from emojikit import retry
 from emojikit.errors import RemoteServiceError
 from emojikit.secrets import scrub
 
@@ -43,17 +44,9 @@ def remote_error(exc: BaseException, what: str) -> RemoteServiceError:
     return RemoteServiceError(f"tinker {what} failed: {type(exc).__name__}: {first_line}")
 
 
-def retry_after(exc: BaseException) -> Optional[float]:
+def asked_wait(exc: BaseException) -> Optional[float]:
     """Seconds a 429/503 response asked us to wait (retry-after-ms or retry-after), if any."""
-    headers = getattr(getattr(exc, "response", None), "headers", None)
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        try:
-            return max(0.0, float(headers[name]) * scale)
-        except (KeyError, TypeError, ValueError):
-            continue  # absent, or an HTTP date: our own backoff then
-    return None
+    return retry.retry_after(getattr(getattr(exc, "response", None), "headers", None))
 
 
 @dataclass
@@ -64,14 +57,14 @@ class Retrier:
     retries: int = 0  # transient failures retried so far (a metric)
     gave_up: int = 0  # requests given up as None by gather(give_up_as_none=True)
 
-    def delay(self, attempt: int, exc: Optional[BaseException] = None) -> float:
-        """Seconds before attempt `attempt + 1`: the server's retry-after if it sent one (up to
-        `retry_after_max_seconds`), else exponential backoff with jitter."""
-        asked = retry_after(exc) if exc is not None else None
-        if asked is not None:
-            return min(asked, self.settings.retry_after_max_seconds)
-        base = min(self.settings.backoff_max_seconds, self.settings.backoff_seconds * 2 ** (attempt - 1))
-        return base * (1.0 - self.settings.jitter * self.rng.random())
+    @property
+    def backoff(self) -> retry.Backoff:
+        """The core policy for these settings, sharing this retrier's sleep and rng."""
+        s = self.settings
+        return retry.Backoff(
+            max_retries=s.max_attempts - 1, initial_s=s.backoff_seconds, max_s=s.backoff_max_seconds,
+            jitter=s.jitter, retry_after_max_s=s.retry_after_max_seconds, sleep=self.sleep, rng=self.rng,
+        )
 
     def resolve(self, submit: Callable[[], Any], future: Any = None, what: str = "request") -> Any:
         """The result of `submit()` (a future, or a value), resubmitting on transient failures.
@@ -80,22 +73,21 @@ class Retrier:
         """
         import tinker
 
-        attempt = 1
-        while True:
-            try:
-                if future is None:
-                    future = submit()
-                return future.result() if hasattr(future, "result") else future
-            except Exception as exc:  # noqa: BLE001 - sorted below
-                future = None
-                if is_transient(exc) and attempt < self.settings.max_attempts:
-                    self.retries += 1
-                    self.sleep(self.delay(attempt, exc))
-                    attempt += 1
-                    continue
-                if is_transient(exc) or isinstance(exc, tinker.APIError):
-                    raise remote_error(exc, what) from exc
-                raise
+        pending = [] if future is None else [future]
+
+        def attempt() -> Any:
+            current = pending.pop() if pending else submit()
+            return current.result() if hasattr(current, "result") else current
+
+        def count(exc: BaseException, retry_index: int, wait: float) -> None:
+            self.retries += 1
+
+        try:
+            return self.backoff.run(attempt, is_transient, asked=asked_wait, on_retry=count)
+        except Exception as exc:  # noqa: BLE001 - sorted here
+            if is_transient(exc) or isinstance(exc, tinker.APIError):
+                raise remote_error(exc, what) from exc
+            raise
 
     def call(self, submit: Callable[[], Any], what: str = "request") -> Any:
         return self.resolve(submit, None, what)

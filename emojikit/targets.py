@@ -23,10 +23,22 @@ def split_targets(recipe, g, run_dir) -> tuple[list[Message], list[Message]]:
             raise InputFileError(f"{recipe.path}: [grpo] heldout_file: {g.heldout_file} does not exist (make it with: emojikit run recipes/data.toml)")
         heldout = read_targets(g.heldout_file, g.eval_targets) if g.eval_targets else []
         held = {m.text for m in heldout}
-        train = [m for m in source.messages(g.target_pool + len(held)) if m.text not in held][: g.target_pool]
+        train = [m for m in source.messages(draw_count(g, len(held))) if m.text not in held and short_enough(m, g)][: g.target_pool]
     else:
         messages = list(source.messages(g.eval_targets + g.target_pool))
-        heldout, train = messages[: g.eval_targets], messages[g.eval_targets :]
+        heldout, train = messages[: g.eval_targets], [m for m in messages[g.eval_targets :] if short_enough(m, g)]
     if not train:
         raise ConfigError(f"{recipe.path}: [grpo] eval_targets: the prompt source gave no messages for training")
     return heldout, train
+
+
+def short_enough(message: Message, g) -> bool:
+    """Training targets as long as the held-out ones: the data recipe's RL targets have at most
+    rl_max_words words, and a sender trained on long messages learns another game."""
+    return g.target_max_words is None or len(message.text.split()) <= g.target_max_words
+
+
+def draw_count(g, n_heldout: int) -> int:
+    """How many messages to draw so that, after dropping held-out and long ones, about
+    target_pool remain (a generated message has at most 12 words about half the time)."""
+    return (g.target_pool + n_heldout) * (3 if g.target_max_words is not None else 1)

@@ -1,9 +1,10 @@
 """The `similarity` reward: MiniLM cosine between the judge's final guess and the target,
 plus a success bonus and penalties for turns used, invalid format and repeated emoji.
 
-    total = similarity + success_bonus - turn_penalty - format_penalty - repetition_penalty
+    total = similarity_weight * similarity + success_bonus - turn_penalty - format_penalty - repetition_penalty
 
-  similarity          of the last turn's guess ("" scores 0)
+  similarity          of the last turn's guess ("" scores 0); similarity_weight scales it in the
+                      total (the breakdown keeps the plain similarity)
   success_bonus       success_bonus * success_decay**(k-1) if the last turn reached
                       success_threshold on turn k, else 0
   turn_penalty        turn_penalty * turns used
@@ -30,6 +31,10 @@ class SimilarityConfig(ConfigModel):
         le=1,
         description="A guess at least this similar ends the episode as a success. Exact retrieval scores 1.0; a message of the "
         "`generated` source and its nearest other message score 0.60 (median) and 0.79 (90th percentile).",
+    )
+    similarity_weight: float = Field(
+        1.0, ge=0, description="Weight of the final guess's similarity in the total; 0 rewards only success (and the penalties), "
+        "so episodes that all miss teach nothing instead of teaching near misses."
     )
     success_bonus: float = Field(1.0, ge=0, description="Added on success.")
     success_decay: float = Field(0.5, ge=0, le=1, description="The bonus is multiplied by this for every turn after the first.")
@@ -95,7 +100,7 @@ class SimilarityReward:
                 "repetition_penalty": c.repetition_penalty * (sum(repeated_share(t.emoji) for t in ep.turns) / n if n else 0.0),
             }
             breakdown["total"] = (
-                breakdown["similarity"]
+                c.similarity_weight * breakdown["similarity"]
                 + breakdown["success_bonus"]
                 - breakdown["turn_penalty"]
                 - breakdown["format_penalty"]

@@ -232,16 +232,17 @@ def report_markdown(run: Path, metrics: Sequence[dict], evals: Sequence[dict], p
     for title, path in plots:
         lines += [f"![{title}]({os.path.relpath(path, out)})", ""]
     before_after = run / "before_after.md"
-    if before_after.exists() or evals or (run / "eval.md").exists():
+    if before_after.exists() or evals or (run / "eval.md").exists() or (run / "comparison.md").exists():
         lines += ["## Held-out evaluation", ""]
     if before_after.exists():
         lines += [before_after.read_text(encoding="utf-8").strip(), ""]
     if evals:
         lines += ["Every held-out evaluation (eval.jsonl):", "", _eval_table(evals), ""]
-    if (run / "eval.md").exists():
-        lines += [(run / "eval.md").read_text(encoding="utf-8").strip(), ""]
-        if (run / "eval.png").exists():
-            lines += [f"![eval]({os.path.relpath(run / 'eval.png', out)})", ""]
+    for stem in ("eval", "comparison"):  # an eval run's table; the main job's comparison of base, SFT, GRPO, teacher
+        if (run / f"{stem}.md").exists():
+            lines += [(run / f"{stem}.md").read_text(encoding="utf-8").strip(), ""]
+            if (run / f"{stem}.png").exists():
+                lines += [f"![{stem}]({os.path.relpath(run / f'{stem}.png', out)})", ""]
     if (run / "episodes.jsonl").exists() and examples:
         episodes = load_episodes(run)
         last_step = max((ep["step"] for ep in episodes if isinstance(ep.get("step"), int)), default=None)

@@ -348,4 +348,5 @@ def test_inspect_and_report_on_a_real_tiny_grpo_run(saved_checkpoint, tmp_path):
     assert invoke("report", out).exit_code == 0
     for name in ("overview.png", "reward.png", "similarity.png", "success_rate.png", "turns.png"):
         assert_valid_png(out / "report" / name)
-    assert "before" in (out / "report" / "report.md").read_text()
+    text = (out / "report" / "report.md").read_text()
+    assert "## Held-out evaluation" in text and "| grpo |" in text and "teacher (lexicon)" in text  # the main job's comparison

@@ -253,6 +253,7 @@ def run(recipe, run_dir) -> None:
     from emojikit.errors import RemoteServiceError
     from emojikit.game import episode_to_json
     from emojikit.interrupt import Interrupted, graceful_stop
+    from emojikit.io import atomic_write_text
     from emojikit.policy import SamplingParams
     from emojikit.sft import batch_indices
 
@@ -273,8 +274,6 @@ def run(recipe, run_dir) -> None:
     reward = recipe.build("reward", run_dir.path)
     add_candidates(judge, [m.text for m in heldout + train_targets])
     print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets, {len(heldout)} held out")
-    from emojikit.io import atomic_write_text
-
     atomic_write_text(run_dir.file("start.json"), json.dumps({"start": start_ref or "base"}) + "\n")  # what sweep compares against
 
     start = run_dir.resume_policy(policy, (METRICS_FILE, EPISODES_FILE, EVAL_FILE))

@@ -10,7 +10,6 @@ finished seeds are reused and interrupted ones resumed like any other run.
 from __future__ import annotations
 
 import json
-import random
 import statistics
 from pathlib import Path
 from typing import Optional, Sequence
@@ -76,15 +75,16 @@ def start_checkpoint(run_dir: Path) -> str:
 def bootstrap_interval(values_S_T: list[list[float]], samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> tuple[float, float]:
     """95 % interval of the grand mean, resampling seeds and targets (the same targets for
     every resampled seed, so paired differences stay paired)."""
-    rng = random.Random(seed)
-    n_seeds, n_targets = len(values_S_T), len(values_S_T[0])
-    means = []
-    for _ in range(samples):
-        seeds = [rng.randrange(n_seeds) for _ in range(n_seeds)]
-        targets = [rng.randrange(n_targets) for _ in range(n_targets)]
-        means.append(statistics.fmean(values_S_T[s][t] for s in seeds for t in targets))
-    means.sort()
-    return means[int(0.025 * samples)], means[int(0.975 * samples) - 1]
+    import numpy as np
+
+    values_S_T_ = np.asarray(values_S_T, dtype=np.float64)
+    n_seeds, n_targets = values_S_T_.shape
+    rng = np.random.default_rng(seed)
+    seeds_B_S = rng.integers(n_seeds, size=(samples, n_seeds))
+    targets_B_T = rng.integers(n_targets, size=(samples, n_targets))
+    means_B = np.array([values_S_T_[seeds_B_S[b]][:, targets_B_T[b]].mean() for b in range(samples)])
+    low, high = np.quantile(means_B, [0.025, 0.975])
+    return float(low), float(high)
 
 
 def describe_runs(values_S_T: list[list[float]]) -> dict:
@@ -107,14 +107,13 @@ def evaluate_sweep(recipe_path: Path, run_dirs: Sequence[Path], judges: Sequence
     from emojikit.evaluate import EvalSettings, eval_targets, evaluate_checkpoints
     from emojikit.recipe import load_recipe
 
-    recipe_data = load_recipe(recipe_path).settings
-    g, game = recipe_data["grpo"], recipe_data["game"]
-    max_turns = g.max_turns or game.max_turns
     results: dict = {"recipe": str(recipe_path), "judges": {}, "seeds": []}
     for judge in judges:
         per_label: dict[str, dict[str, list]] = {}
         for run_dir in run_dirs:
-            run_recipe = load_recipe(run_dir / "recipe.toml")
+            run_recipe = load_recipe(run_dir / "recipe.toml")  # what the run was, --set values included
+            g, game = run_recipe.settings["grpo"], run_recipe.settings["game"]
+            max_turns = g.max_turns or game.max_turns
             seed = run_recipe.seed
             if seed not in results["seeds"]:
                 results["seeds"].append(seed)

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from emojikit.cli import cli
 from emojikit.runs import RunDir
+from recipe_texts import GRPO_COMPONENTS, SFT, jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
@@ -30,34 +31,7 @@ def chat(i: int) -> dict:
     return {"messages": [{"role": "user", "content": f"news number {i}"}, {"role": "assistant", "content": "🍕🎉"}]}
 
 
-def jsonl(rows) -> str:
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-
-
-SFT = """kind = "sft"
-out = "run"
-[backend]
-use = "local"
-[sft]
-train_file = "train.jsonl"
-test_file = "test.jsonl"
-"""
-
-GRPO = """kind = "grpo"
-out = "run"
-[backend]
-use = "local"
-[decoder]
-use = "none"
-[judge]
-use = "retrieval"
-[reward]
-use = "similarity"
-[prompts]
-use = "generated"
-[grpo]
-start_from = "base"
-"""
+GRPO = 'kind = "grpo"\nout = "run"\n' + GRPO_COMPONENTS + '[grpo]\nstart_from = "base"\n'
 
 
 @dataclass

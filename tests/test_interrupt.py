@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from recipe_texts import GRPO_COMPONENTS, SFT
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {
@@ -122,16 +123,7 @@ def chat(i: int) -> dict:
     return {"messages": [{"role": "system", "content": "Reply with emoji."}, {"role": "user", "content": f"news number {i} about pizza"}, {"role": "assistant", "content": "🍕🎉"}]}
 
 
-SFT_RECIPE = """
-kind = "sft"
-name = "sft"
-out = "run"
-[backend]
-use = "local"
-[sft]
-train_file = "train.jsonl"
-test_file = "test.jsonl"
-batch_size = 2
+SFT_RECIPE = SFT + """batch_size = 2
 steps = {steps}
 save_every = 2
 eval_every = 0
@@ -167,21 +159,7 @@ def test_sft_sigterm_then_kill9_resumes_to_completion(tmp_path):
 
 # --- GRPO --------------------------------------------------------------------------------------
 
-GRPO_RECIPE = """
-kind = "grpo"
-name = "grpo"
-out = "run"
-[backend]
-use = "local"
-[decoder]
-use = "none"
-[judge]
-use = "retrieval"
-[reward]
-use = "similarity"
-[prompts]
-use = "generated"
-[game]
+GRPO_RECIPE = 'kind = "grpo"\nname = "grpo"\nout = "run"\n' + GRPO_COMPONENTS + """[game]
 max_turns = 1
 max_new_tokens = 4
 [grpo]

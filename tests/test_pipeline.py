@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from recipe_texts import GRPO_COMPONENTS
 from emojikit import pipeline
 from emojikit.cli import cli
 from emojikit.errors import ConfigError, RunDirectoryError
@@ -46,22 +47,7 @@ steps = {steps}
 save_every = 2
 """
 
-GRPO = """kind = "grpo"
-name = "grpo"
-[backend]
-use = "local"
-[decoder]
-use = "none"
-[judge]
-use = "retrieval"
-[reward]
-use = "similarity"
-[prompts]
-use = "generated"
-[grpo]
-start_from = "sft.toml"
-steps = 2
-"""
+GRPO = 'kind = "grpo"\nname = "grpo"\n' + GRPO_COMPONENTS + '[grpo]\nstart_from = "sft.toml"\nsteps = 2\n'
 
 
 def chat_lines(n: int) -> str:

@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from emojikit.cli import cli
+from recipe_texts import SFT, jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
@@ -30,18 +31,6 @@ def chat(i: int, answer: str = "🍕🎉") -> dict:
     return {"messages": [{"role": "system", "content": "Reply with 2-8 emoji only."}, {"role": "user", "content": f"news number {i}"}, {"role": "assistant", "content": answer}]}
 
 
-def jsonl(rows) -> str:
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-
-
-SFT = """kind = "sft"
-out = "run"
-[backend]
-use = "local"
-[sft]
-train_file = "train.jsonl"
-test_file = "test.jsonl"
-"""
 
 DATA = """kind = "data"
 out = "run"

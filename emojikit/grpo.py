@@ -368,6 +368,7 @@ def step_statistics(groups: list[Group], kept: list[Group], play_seconds: float)
     n_sampled = sum(len(s.tokens) for s in sampled)
     row["entropy_estimate"] = -sum(lp for s in sampled for lp in s.logprobs) / max(n_sampled, 1)  # mean sampled-token NLL
     row["sampled_tokens_per_s"] = n_sampled / max(play_seconds, 1e-9)
+    row["play_seconds"] = play_seconds
     return row
 
 

@@ -188,15 +188,11 @@ class TeacherSender:
 
 
 def teacher_sender(recipe, name: str, game_settings, out_dir: Path) -> TeacherSender:
-    from emojikit.components import BuildContext
-    from emojikit.registry import get_registry
+    """The teacher NAME with its default settings, built through the one assembly seam."""
+    from emojikit.assembly import build_component, context
 
-    spec = get_registry().get("teacher", name)
-    config = spec.config()
-    ctx = BuildContext(seed=recipe.seed, run_dir=Path(out_dir), recipe_path=recipe.path)
-    if spec.preflight is not None:
-        spec.preflight(config, ctx)
-    return TeacherSender(spec.factory(config, ctx), game_settings)
+    ctx = context(seed=recipe.seed, run_dir=Path(out_dir), recipe_path=recipe.path)
+    return TeacherSender(build_component("teacher", name, None, ctx, table="teacher"), game_settings)
 
 
 def game_metrics(episodes) -> dict:

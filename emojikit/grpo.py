@@ -230,9 +230,10 @@ def resolve_start(settings: GRPOSettings) -> Optional[str]:
         raise ConfigError(f"[grpo] start_from: {settings.start_from} is a recipe; emojikit run resolves it to that run's checkpoint")
     if settings.start_from != "auto":
         return settings.start_from
-    checkpoints = settings.sft_run / "checkpoints"
-    steps = sorted((int(p.name[5:]), p) for p in checkpoints.glob("step_*") if p.name[5:].isdigit()) if checkpoints.exists() else []
-    return str(steps[-1][1]) if steps else None
+    from emojikit.runs import latest_checkpoint
+
+    latest = latest_checkpoint(settings.sft_run)
+    return str(latest[1]) if latest else None
 
 
 def evaluate_game(policy, decoder, judge, reward, targets, game_settings, temperature: float, seed: int) -> dict:

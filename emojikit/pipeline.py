@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from emojikit import runs
 from emojikit.errors import ConfigError, RunDirectoryError
 from emojikit.fingerprint import SHORT, changed_keys, fingerprint, input_digests, path_strings
 from emojikit.io import atomic_write_text
@@ -127,8 +128,8 @@ def write_record(run_dir: Path, stage: Stage, status: str, output: Optional[Path
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
-    steps = [(int(p.name[5:]), p) for p in (run_dir / "checkpoints").glob("step_*") if p.name[5:].isdigit() and p.is_dir()]
-    return max(steps)[1] if steps else None
+    latest = runs.latest_checkpoint(run_dir)
+    return latest[1] if latest else None
 
 
 def stage_output(kind: str, run_dir: Path) -> Path:

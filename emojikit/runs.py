@@ -143,10 +143,17 @@ class RunDir:
         return start
 
     def latest_checkpoint(self) -> Optional[tuple[int, Path]]:
-        if not self.checkpoints.exists():
-            return None
-        steps = [(int(m.group(1)), p) for p in self.checkpoints.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
-        return max(steps) if steps else None
+        return latest_checkpoint(self.path)
+
+
+def latest_checkpoint(run_dir: Path) -> Optional[tuple[int, Path]]:
+    """(step, path) of the newest complete checkpoints/step_N of a run directory, or None;
+    read without taking the run's lock."""
+    checkpoints = Path(run_dir) / "checkpoints"
+    if not checkpoints.is_dir():
+        return None
+    steps = [(int(m.group(1)), p) for p in checkpoints.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return max(steps) if steps else None
 
 
 NO_PROGRESS = ((".lock",), ("recipe.toml",), ("stage.json",))  # files every started run has

@@ -55,11 +55,12 @@ def run_seeds(recipe_path: Path, seeds: Sequence[int], overrides: Sequence[str],
 
 def final_checkpoint(run_dir: Path) -> Path:
     from emojikit.errors import RunDirectoryError
+    from emojikit.runs import latest_checkpoint
 
-    steps = sorted((int(p.name[5:]), p) for p in (run_dir / "checkpoints").glob("step_*") if p.name[5:].isdigit())
-    if not steps:
+    latest = latest_checkpoint(run_dir)
+    if latest is None:
         raise RunDirectoryError(f"{run_dir}: no checkpoint (did the run finish?)")
-    return steps[-1][1]
+    return latest[1]
 
 
 def start_checkpoint(run_dir: Path) -> str:

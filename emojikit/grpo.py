@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from emojikit.components import Episode, Message, add_candidates
 from emojikit.config import ConfigModel
@@ -47,6 +47,10 @@ class GRPOSettings(ConfigModel):
         "similarity gain onward, baselined against the group's episodes that reached turn k.",
     )
     normalize_std: bool = Field(True, description="Divide advantages by the group's reward std.")
+    teacher_episodes: int = Field(
+        0, ge=0, description="Episodes per group that open with the [teacher]'s answer instead of a sample (off-policy guidance; "
+        "the sender plays later turns). The judge's reward decides whether the answer is pushed up or down."
+    )
     start_from: str = Field(
         "auto",
         description='A recipe whose run gives the start checkpoint (e.g. recipes/sft.toml; emojikit run runs it first when missing or stale), '
@@ -71,6 +75,12 @@ class GRPOSettings(ConfigModel):
     compare: bool = Field(
         False, description="At the end, play the held-out targets with base, the start checkpoint, the final one and the teacher side by side (comparison.md/.json/.png)."
     )
+
+    @model_validator(mode="after")
+    def _guided_fewer_than_group(self):
+        if self.teacher_episodes >= self.group_size:
+            raise ValueError(f"teacher_episodes ({self.teacher_episodes}) must be less than group_size ({self.group_size}): a group needs the sender's own episodes")
+        return self
 
     @field_validator("start_from")
     @classmethod
@@ -102,11 +112,19 @@ class Group:
 # --- the phases of a step ----------------------------------------------------------------
 
 
-def play_groups(policy, decoder, judge, reward, targets: list[Message], game, sampling, group_size: int) -> list[Group]:
+def play_groups(policy, decoder, judge, reward, targets: list[Message], game, sampling, group_size: int, guided=None, teacher_episodes: int = 0) -> list[Group]:
+    """group_size episodes per target; with a `guidance.GuidedSender`, the last
+    teacher_episodes of each group open with the teacher's answer."""
     from emojikit.game import play
 
-    episodes = play(policy, decoder, judge, reward, targets, settings=game, sampling=sampling, group_size=group_size)
-    return [Group(t, episodes[i * group_size : (i + 1) * group_size]) for i, t in enumerate(targets)]
+    own = group_size - teacher_episodes if guided is not None else group_size
+    episodes = play(policy, decoder, judge, reward, targets, settings=game, sampling=sampling, group_size=own)
+    groups = [Group(t, episodes[i * own : (i + 1) * own]) for i, t in enumerate(targets)]
+    if guided is not None and teacher_episodes:
+        guided_episodes = play(guided, decoder, judge, reward, targets, settings=game, sampling=sampling, group_size=teacher_episodes)
+        for i, group in enumerate(groups):
+            group.episodes += guided_episodes[i * teacher_episodes : (i + 1) * teacher_episodes]
+    return groups
 
 
 def drop_failed(groups: list[Group]) -> list[Group]:
@@ -274,6 +292,7 @@ def run(recipe, run_dir) -> None:
     judge = recipe.build("judge", run_dir.path)
     reward = recipe.build("reward", run_dir.path)
     add_candidates(judge, [m.text for m in heldout + train_targets])
+    guided = guided_sender(recipe, g, policy, game, run_dir)
     print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets, {len(heldout)} held out")
     atomic_write_text(run_dir.file("start.json"), json.dumps({"start": start_ref or "base"}) + "\n")  # what sweep compares against
 
@@ -303,7 +322,8 @@ def run(recipe, run_dir) -> None:
             targets = [train_targets[i] for i in batch_indices(len(train_targets), g.batch_size, step, recipe.seed)]
             sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=g.temperature, seed=recipe.seed * 100_003 + step)
             totals = sample_totals(policy)  # a policy that redraws invalid samples (SampleTotals)
-            groups = play_groups(policy, decoder, judge, reward, targets, game, sampling, g.group_size)
+            guided_before = (guided.answered, guided.fallbacks) if guided else None
+            groups = play_groups(policy, decoder, judge, reward, targets, game, sampling, g.group_size, guided, g.teacher_episodes)
             t_play = time.time() - t0
             kept = drop_failed(groups)
             failed_steps = 0 if kept else failed_steps + 1
@@ -312,6 +332,8 @@ def run(recipe, run_dir) -> None:
             row = {"step": done, "dropped_groups": len(groups) - len(kept), "skipped_groups": skipped}
             row.update(step_statistics(groups, kept, t_play))
             row.update(acceptance_between(totals, sample_totals(policy)))  # {} for a policy that masks
+            if guided:
+                row.update(guided_statistics(kept, g.teacher_episodes, guided, guided_before))
             datums = [d for group in per_group for d in group]
             if datums:
                 row["kl"] = fold_kl(policy, datums, temperature=g.temperature, decoder=decoder, kl_coef=g.kl_coef)
@@ -356,6 +378,28 @@ def run(recipe, run_dir) -> None:
         write_comparison(recipe, run_dir, start_ref, str(run_dir.checkpoint_path(g.steps)))
 
 
+def guided_sender(recipe, g: GRPOSettings, policy, game, run_dir):
+    """The GuidedSender of a recipe with teacher_episodes, else None."""
+    if not g.teacher_episodes:
+        return None
+    from emojikit.evaluate import TeacherSender
+    from emojikit.guidance import GuidedSender
+
+    return GuidedSender(policy, TeacherSender(recipe.build("teacher", run_dir.path), game))
+
+
+def guided_statistics(kept: list[Group], teacher_episodes: int, guided, before: tuple[int, int]) -> dict:
+    """Success of the sender's own episodes and of the teacher-opened ones, and how many
+    teacher answers the mask could not produce (played by the sender instead)."""
+    own = [ep for group in kept for ep in group.episodes[: len(group.episodes) - teacher_episodes]]
+    opened = [ep for group in kept for ep in group.episodes[len(group.episodes) - teacher_episodes :]]
+    row = {"teacher_fallbacks": guided.fallbacks - before[1]}
+    if own and opened:
+        row["own_success_rate"] = statistics.fmean(ep.success for ep in own)
+        row["guided_success_rate"] = statistics.fmean(ep.success for ep in opened)
+    return row
+
+
 def step_statistics(groups: list[Group], kept: list[Group], play_seconds: float) -> dict:
     """Reward, success and sampling figures of one step's episodes."""
     row: dict = {}
@@ -389,3 +433,5 @@ def preflight(recipe) -> None:
     problem = token_budget_problem(recipe, recipe.settings["game"].max_new_tokens, "[game] max_new_tokens")
     if problem:
         raise ConfigError(f"{recipe.path}: {problem}")
+    if recipe.settings["grpo"].teacher_episodes and "teacher" not in recipe.components:
+        raise ConfigError(f"{recipe.path}: [grpo] teacher_episodes: needs a [teacher] table (the teacher whose answers open those episodes)")

@@ -46,7 +46,7 @@ RECIPE_SHAPES: dict[str, dict[str, Any]] = {
     },
     "grpo": {
         "required": ["backend", "decoder", "judge", "reward", "prompts"],
-        "optional": [],
+        "optional": ["teacher"],
         "settings": {"grpo": "emojikit.grpo:GRPOSettings", "game": "emojikit.game:GameSettings"},
         "runner": "emojikit.grpo:run",
     },

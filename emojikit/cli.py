@@ -183,10 +183,13 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
     """Format compliance of sampled answers on held-out prompts, with and without the emoji mask."""
     from emojikit.errors import ConfigError, InputFileError
     from emojikit.evaluate import format_report, write_report
+    from emojikit.pipeline import upstream_overrides
     from emojikit.recipe import load_recipe
     from emojikit.sft import load_chats
 
     recipe = load_recipe(recipe_path, list(overrides))
+    if recipe.kind == "sft":  # [sft] data = "recipes/data.toml": that data run's sft_test.jsonl, wherever it ran
+        recipe = load_recipe(recipe_path, list(overrides) + upstream_overrides(recipe_path, list(overrides)))
     if recipe.kind != "sft":
         raise ConfigError(f"{recipe_path}: eval-sft needs an sft recipe (its [sft] test_file and max_new_tokens), got kind = {recipe.kind!r}; pass --recipe recipes/sft.toml")
     if checkpoint != "base" and not Path(checkpoint).is_dir():

@@ -242,6 +242,20 @@ def derived_overrides(stage: Stage) -> list[str]:
     return extra
 
 
+def upstream_overrides(path: Path | str, overrides: Optional[list[str]] = None) -> list[str]:
+    """The --set values that point a recipe at its upstream's finished output, as `run` would, for
+    a command that reads the recipe's inputs without running it (eval-sft). [] without an upstream."""
+    stage = plan(path, overrides)[-1]
+    if stage.upstream is None:
+        return []
+    if stage.upstream.action != "reuse":
+        raise ConfigError(
+            f"{stage.path}: its input comes from {stage.upstream.path}, which has no finished run of its current recipe "
+            f"({stage.upstream.why}); make it with: emojikit run {stage.path}"
+        )
+    return [o for o in derived_overrides(stage) if not o.startswith("out=")]
+
+
 def resume_command(stages: list[Stage], stage: Stage) -> str:
     """The command that continues an interrupted stage: the named recipe again (stages resume by
     themselves); --resume only where it names the same directory, so older habits still work."""

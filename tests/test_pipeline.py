@@ -222,6 +222,21 @@ def test_a_changed_input_file_is_a_changed_stage(loops, tmp_path):
     assert stage.action == "run" and stage.why == "runs/sft holds another version (changed: input train.jsonl)"
 
 
+def test_commands_that_read_a_recipes_inputs_follow_its_upstream_wherever_it_ran(loops, tmp_path):
+    # eval-sft reads the SFT recipe's test file: the data run's, even in runs/data-<fp8>.
+    with pytest.raises(ConfigError, match="data.toml, which has no finished run.*make it with: emojikit run sft.toml"):
+        pipeline.upstream_overrides("sft.toml")
+    Path("runs/data").mkdir(parents=True)  # a run without a fingerprint: the data stage runs elsewhere
+    Path("runs/data/data_stats.json").write_text("{}")
+    pipeline.execute(pipeline.plan("sft.toml"), echo=lambda line: None)
+    data_dir = next(p for p in (tmp_path / "runs").iterdir() if p.name.startswith("data-"))
+    assert pipeline.upstream_overrides("sft.toml") == [
+        f"sft.train_file={json.dumps(str(Path('runs') / data_dir.name / 'sft_train.jsonl'))}",
+        f"sft.test_file={json.dumps(str(Path('runs') / data_dir.name / 'sft_test.jsonl'))}",
+    ]
+    assert pipeline.upstream_overrides("data.toml") == []
+
+
 def test_no_upstream_runs_only_the_named_recipe(loops):
     with pytest.raises(ConfigError, match="--no-upstream: sft.toml has no finished run of its current recipe"):
         pipeline.plan("grpo.toml", no_upstream=True)

@@ -47,6 +47,10 @@ class GRPOSettings(ConfigModel):
         "similarity gain onward, baselined against the group's episodes that reached turn k.",
     )
     normalize_std: bool = Field(True, description="Divide advantages by the group's reward std.")
+    negative_weight: float = Field(
+        1.0, ge=0, le=1, description="Scale of negative advantages. 0 trains only on episodes better than their group's mean: "
+        "their tokens are pushed up and none are pushed down (a failed answer shares most of its emoji with winning ones)."
+    )
     teacher_episodes: int = Field(
         0, ge=0, description="Episodes per group that open with the [teacher]'s answer instead of a sample (off-policy guidance; "
         "the sender plays later turns). The judge's reward decides whether the answer is pushed up or down."
@@ -188,7 +192,7 @@ def group_datums(groups: list[Group], g: GRPOSettings, budget: int) -> tuple[lis
         if max(group.rewards) - min(group.rewards) < 1e-9:
             skipped += 1
             continue
-        advantages = turn_advantages(group, g.normalize_std, g.credit)
+        advantages = [[a if a >= 0 else a * g.negative_weight for a in row] for row in turn_advantages(group, g.normalize_std, g.credit)]
         per_group.append([d for ep, adv in zip(group.episodes, advantages) for d in episode_datums(ep, adv, budget)])
     return per_group, skipped
 
@@ -322,7 +326,7 @@ def run(recipe, run_dir) -> None:
             targets = [train_targets[i] for i in batch_indices(len(train_targets), g.batch_size, step, recipe.seed)]
             sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=g.temperature, seed=recipe.seed * 100_003 + step)
             totals = sample_totals(policy)  # a policy that redraws invalid samples (SampleTotals)
-            guided_before = (guided.answered, guided.fallbacks) if guided else None
+            fallbacks_before = guided.fallbacks if guided else 0
             groups = play_groups(policy, decoder, judge, reward, targets, game, sampling, g.group_size, guided, g.teacher_episodes)
             t_play = time.time() - t0
             kept = drop_failed(groups)
@@ -333,7 +337,7 @@ def run(recipe, run_dir) -> None:
             row.update(step_statistics(groups, kept, t_play))
             row.update(acceptance_between(totals, sample_totals(policy)))  # {} for a policy that masks
             if guided:
-                row.update(guided_statistics(kept, g.teacher_episodes, guided, guided_before))
+                row.update(guided_statistics(kept, g.teacher_episodes, guided.fallbacks - fallbacks_before))
             datums = [d for group in per_group for d in group]
             if datums:
                 row["kl"] = fold_kl(policy, datums, temperature=g.temperature, decoder=decoder, kl_coef=g.kl_coef)
@@ -388,12 +392,12 @@ def guided_sender(recipe, g: GRPOSettings, policy, game, run_dir):
     return GuidedSender(policy, TeacherSender(recipe.build("teacher", run_dir.path), game))
 
 
-def guided_statistics(kept: list[Group], teacher_episodes: int, guided, before: tuple[int, int]) -> dict:
+def guided_statistics(kept: list[Group], teacher_episodes: int, fallbacks: int) -> dict:
     """Success of the sender's own episodes and of the teacher-opened ones, and how many
     teacher answers the mask could not produce (played by the sender instead)."""
     own = [ep for group in kept for ep in group.episodes[: len(group.episodes) - teacher_episodes]]
     opened = [ep for group in kept for ep in group.episodes[len(group.episodes) - teacher_episodes :]]
-    row = {"teacher_fallbacks": guided.fallbacks - before[1]}
+    row: dict = {"teacher_fallbacks": fallbacks}
     if own and opened:
         row["own_success_rate"] = statistics.fmean(ep.success for ep in own)
         row["guided_success_rate"] = statistics.fmean(ep.success for ep in opened)

@@ -24,7 +24,6 @@ class GuidedSender:
         self.policy = policy
         self.teacher = teacher_sender  # evaluate.TeacherSender: the answer to a prompt's target
         self.name = f"{policy.name}+teacher"
-        self.answered = 0  # first turns answered by the teacher
         self.fallbacks = 0  # teacher answers the mask could not produce, played by the sender
 
     def sample(self, prompts: Sequence[ChatMessages], n: int, params: SamplingParams, decoder: Any = None) -> list[list[Sample]]:
@@ -53,10 +52,6 @@ class GuidedSender:
         for sample, logprobs in zip(samples, scored):
             sample.logprobs = [float(x) for x in logprobs[-len(sample.tokens) :]]
             producible = bool(sample.text) and len(sample.tokens) <= params.max_tokens and all(math.isfinite(x) and x > -1e4 for x in sample.logprobs)
-            if producible:
-                self.answered += 1
-                out.append(sample)
-            else:
-                self.fallbacks += 1
-                out.append(None)
+            self.fallbacks += not producible
+            out.append(sample if producible else None)
         return out

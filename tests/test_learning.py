@@ -75,6 +75,16 @@ def test_drop_failed_drops_whole_groups_and_equal_rewards_teach_nothing():
     assert all(a == 0 for d in datums for a, w in zip(d.advantages, d.weights) if not w)  # prompt tokens carry nothing
 
 
+def test_negative_weight_scales_only_the_advantages_below_the_group_mean():
+    group = Group(Message("a"), [episode(1.0, [1.0]), episode(0.2, [0.2]), episode(0.0, [0.0])])
+    full = group_datums([group], GRPOSettings(normalize_std=False), budget=24)[0][0]
+    positive_only = group_datums([group], GRPOSettings(normalize_std=False, negative_weight=0.0), budget=24)[0][0]
+    half = group_datums([group], GRPOSettings(normalize_std=False, negative_weight=0.5), budget=24)[0][0]
+    assert [d.advantages[-1] for d in full] == pytest.approx([0.6, -0.2, -0.4])
+    assert [d.advantages[-1] for d in positive_only] == pytest.approx([0.6, 0.0, 0.0])
+    assert [d.advantages[-1] for d in half] == pytest.approx([0.6, -0.1, -0.2])
+
+
 def test_minibatches_hold_whole_groups():
     per_group = [[f"g{i}d{j}" for j in range(3)] for i in range(5)]
     parts = split_groups(per_group, 2)

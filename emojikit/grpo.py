@@ -258,6 +258,20 @@ def resolve_start(settings: GRPOSettings) -> Optional[str]:
     return str(latest[1]) if latest else None
 
 
+def held_out_judge(recipe, run_dir, judge, heldout: list[Message]):
+    """The judge of the run's own held-out game. A candidate-pool judge gets a second instance
+    whose pool is the held-out targets and the distractors, as in the comparison and `emojikit
+    sweep`: with the training targets in the pool, a sender that learned them draws the judge to
+    them on held-out targets (the in-run curve fell where the comparison did not; README)."""
+    from emojikit.components import CandidatePool
+
+    if not isinstance(judge, CandidatePool):
+        return judge
+    held_judge = recipe.build("judge", run_dir.path)
+    add_candidates(held_judge, [m.text for m in heldout])
+    return held_judge
+
+
 def evaluate_game(policy, decoder, judge, reward, targets, game_settings, temperature: float, seed: int) -> dict:
     from emojikit.game import play
     from emojikit.policy import SamplingParams
@@ -296,6 +310,7 @@ def run(recipe, run_dir) -> None:
     judge = recipe.build("judge", run_dir.path)
     reward = recipe.build("reward", run_dir.path)
     add_candidates(judge, [m.text for m in heldout + train_targets])
+    heldout_judge = held_out_judge(recipe, run_dir, judge, heldout)
     guided = guided_sender(recipe, g, policy, game, run_dir)
     print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets, {len(heldout)} held out")
     atomic_write_text(run_dir.file("start.json"), json.dumps({"start": start_ref or "base"}) + "\n")  # what sweep compares against
@@ -306,7 +321,7 @@ def run(recipe, run_dir) -> None:
 
     def evaluate(step: int) -> dict:
         if step not in evals:
-            evals[step] = {"step": step, **evaluate_game(policy, decoder, judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
+            evals[step] = {"step": step, **evaluate_game(policy, decoder, heldout_judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
             run_dir.log(EVAL_FILE, evals[step])
         return evals[step]
 

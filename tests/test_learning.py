@@ -85,6 +85,23 @@ def test_negative_weight_scales_only_the_advantages_below_the_group_mean():
     assert [d.advantages[-1] for d in half] == pytest.approx([0.6, -0.1, -0.2])
 
 
+def test_the_runs_held_out_game_pools_held_out_targets_and_distractors_only(tmp_path):
+    from pathlib import Path
+
+    from emojikit.grpo import held_out_judge
+    from emojikit.recipe import load_recipe
+    from emojikit.runs import RunDir
+
+    root = Path(__file__).resolve().parents[1]
+    recipe = load_recipe(root / "recipes/grpo.toml", ['grpo.start_from="base"', "judge.distractors=3"])
+    training_judge = recipe.build("judge", tmp_path)
+    training_judge.add_candidates(["a training target", "a held-out target"])
+    held = held_out_judge(recipe, RunDir(tmp_path / "run"), training_judge, [Message("a held-out target")])
+    assert held is not training_judge
+    assert "a held-out target" in held.candidates and "a training target" not in held.candidates
+    assert len(held.candidates) == 4  # 3 distractors + the held-out target
+
+
 def test_minibatches_hold_whole_groups():
     per_group = [[f"g{i}d{j}" for j in range(3)] for i in range(5)]
     parts = split_groups(per_group, 2)

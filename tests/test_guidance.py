@@ -20,6 +20,7 @@ from emojikit.policy import Sample, SamplingParams
 
 from emojikit_retrieval.keywords import KeywordsJudge
 from emojikit_retrieval.reward import SimilarityReward
+from recipe_texts import GRPO_COMPONENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,22 +99,12 @@ def test_teacher_episodes_without_a_teacher_table_is_a_one_line_error(tmp_path):
 
 
 def test_a_guided_grpo_step_trains_on_the_teachers_answer_replayed_under_the_mask(tmp_path, tiny_model):
+    components = (GRPO_COMPONENTS.replace('use = "local"', f"use = \"local\"\nmodel = {json.dumps(str(tiny_model))}")
+                  .replace('use = "none"', 'use = "emoji-mask"').replace('use = "retrieval"', 'use = "retrieval"\ndistractors = 4'))
     recipe = f'''kind = "grpo"
 name = "guided"
 out = "{tmp_path / 'run'}"
-[backend]
-use = "local"
-model = {json.dumps(str(tiny_model))}
-[decoder]
-use = "emoji-mask"
-[judge]
-use = "retrieval"
-distractors = 4
-[reward]
-use = "similarity"
-[prompts]
-use = "generated"
-[teacher]
+{components}[teacher]
 use = "lexicon"
 [game]
 max_turns = 2

@@ -2,7 +2,7 @@
 
 Interfaces are Protocols so plugins need not inherit from anything; the training loops and
 the game speak only to these. Optional capabilities are Protocols of their own
-(`CandidatePool`, `SuccessThreshold`), read only through the helpers below them, so a
+(`CandidatePool`, `TargetBelief`, `SuccessThreshold`), read only through the helpers below them, so a
 component that implements just the required methods still plays. docs/plugins.md is the
 whole contract.
 """
@@ -101,7 +101,7 @@ class JudgeView:
 
 @runtime_checkable
 class Judge(Protocol):
-    """Reconstructs messages from emoji. Optional capability: `CandidatePool`."""
+    """Reconstructs messages from emoji. Optional capabilities: `CandidatePool`, `TargetBelief`."""
 
     def guess(self, views: Sequence[JudgeView]) -> list[Optional[str]]:
         """One reconstructed message per view (batched); "" where there is nothing to read.
@@ -117,6 +117,8 @@ class EpisodeTurn:
     valid: bool  # passed the decoder's format check
     guess: str = ""
     similarity: float = 0.0
+    # The judge's log-probability of the true target after this turn (`TargetBelief`), or None.
+    target_logprob: Optional[float] = None
     # The policy's Sample (prompt_tokens, tokens, logprobs) for building training datums;
     # not part of the episode's JSON (see game.episode_to_json).
     sample: Any = field(default=None, repr=False, compare=False)
@@ -144,6 +146,24 @@ def add_candidates(judge: Judge, texts: Sequence[str]) -> None:
     """Give a `CandidatePool` judge these texts; other judges need nothing."""
     if isinstance(judge, CandidatePool):
         judge.add_candidates(texts)
+
+
+@runtime_checkable
+class TargetBelief(Protocol):
+    """Optional judge capability: how likely the judge finds the true target, given a view.
+
+    The listener's log-probability of the target is the speaker's reward in referential
+    games; unlike the guess it moves with every emoji, also when the guess stays wrong."""
+
+    def target_logprobs(self, views: Sequence[JudgeView], targets: Sequence[str]) -> list[Optional[float]]:
+        """log p(target | view) per pair; None where the judge cannot say (target not in its pool)."""
+
+
+def target_logprobs(judge: Judge, views: Sequence[JudgeView], targets: Sequence[str]) -> list[Optional[float]]:
+    """A `TargetBelief` judge's log-probabilities of the targets; None for other judges."""
+    if isinstance(judge, TargetBelief):
+        return judge.target_logprobs(views, targets)
+    return [None] * len(views)
 
 
 @runtime_checkable

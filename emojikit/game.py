@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 from pydantic import Field, field_validator
 
 from emojikit import emojis
-from emojikit.components import Decoder, Episode, EpisodeTurn, Judge, JudgeView, Message, Reward, add_candidates, is_success
+from emojikit.components import Decoder, Episode, EpisodeTurn, Judge, JudgeView, Message, Reward, add_candidates, is_success, target_logprobs
 from emojikit.config import ConfigModel
 from emojikit.format import DEFAULT_FORMAT, EmojiFormat, format_of
 from emojikit.policy import ChatMessages, Policy, SamplingParams
@@ -167,6 +167,10 @@ def play(
             ep.turns[-1].guess = guess
             ep.turns[-1].similarity = float(sim)
             ep.success = is_success(reward, sim)
+        # The judge's belief in the target before this turn's guess joins its excluded guesses.
+        views = [JudgeView(judge_view(ep).emoji_turns, [t.guess for t in ep.turns[:-1]]) for ep, _ in answered]
+        for (ep, _), logprob in zip(answered, target_logprobs(judge, views, [ep.target for ep, _ in answered]) if answered else []):
+            ep.turns[-1].target_logprob = logprob
 
         if on_turn is not None:
             on_turn(turn_index + 1, list(live))
@@ -182,6 +186,8 @@ def episode_to_json(ep: Episode) -> dict:
     turns = []
     for t in ep.turns:
         row = {"emoji": t.emoji, "valid": t.valid, "guess": t.guess, "similarity": round(t.similarity, 4)}
+        if t.target_logprob is not None:
+            row["target_logprob"] = round(t.target_logprob, 4)
         if t.sample is not None:
             row["n_tokens"] = len(t.sample.tokens)
             row["stop_reason"] = t.sample.stop_reason

@@ -305,11 +305,52 @@ def test_reward_breakdown_matches_hand_computed_values():
     first = Episode("t", turns=[EpisodeTurn("👍👍🏽🎉🎉", True, similarity=1.0)])
     a, b, c = r.score([won, lost, first])
     # won on turn 2: bonus 1.0*0.5; 2 turns; 1 invalid; repetition mean(0.5, 0) = 0.25
-    assert a == pytest.approx({"similarity": 0.9, "success": 1.0, "turns": 2.0, "success_bonus": 0.5, "turn_penalty": 0.2, "format_penalty": 0.25, "repetition_penalty": 0.1, "total": 0.9 + 0.5 - 0.2 - 0.25 - 0.1})
-    assert b == pytest.approx({"similarity": 0.2, "success": 0.0, "turns": 3.0, "success_bonus": 0.0, "turn_penalty": 0.3, "format_penalty": 0.0, "repetition_penalty": 0.0, "total": 0.2 - 0.3})
+    assert a == pytest.approx({"similarity": 0.9, "listener": 0.0, "success": 1.0, "turns": 2.0, "success_bonus": 0.5, "turn_penalty": 0.2, "format_penalty": 0.25, "repetition_penalty": 0.1, "total": 0.9 + 0.5 - 0.2 - 0.25 - 0.1})
+    assert b == pytest.approx({"similarity": 0.2, "listener": 0.0, "success": 0.0, "turns": 3.0, "success_bonus": 0.0, "turn_penalty": 0.3, "format_penalty": 0.0, "repetition_penalty": 0.0, "total": 0.2 - 0.3})
     # first-turn success, 2 of 4 emoji repeated
     assert c["success_bonus"] == 1.0 and c["repetition_penalty"] == pytest.approx(0.2)
     assert c["total"] == pytest.approx(1.0 + 1.0 - 0.1 - 0.2)
+
+
+def test_listener_term_is_the_judges_floored_log_belief():
+    r = SimilarityReward(SimilarityConfig(listener_weight=2.0, listener_floor=-8.0))
+    sure = Episode("t", turns=[EpisodeTurn("🍕🎉", True, similarity=1.0, target_logprob=0.0)])
+    near = Episode("t", turns=[EpisodeTurn("🍕🎉", True, similarity=0.2, target_logprob=-9.0), EpisodeTurn("🍕🎉", True, similarity=0.3, target_logprob=-2.0)])
+    lost = Episode("t", turns=[EpisodeTurn("🍕🎉", True, similarity=0.2, target_logprob=-30.0)])
+    blind = Episode("t", turns=[EpisodeTurn("🍕🎉", True, similarity=0.2)])  # a judge without beliefs
+    a, b, c, d = r.score([sure, near, lost, blind])
+    assert a["listener"] == 1.0 and b["listener"] == pytest.approx(0.75)  # the last turn's belief: 1 - 2/8
+    assert c["listener"] == 0.0 and d["listener"] == 0.0
+    assert b["total"] == pytest.approx(0.3 + 2.0 * 0.75 - 0.1)
+    assert SimilarityReward(SimilarityConfig()).score([near])[0]["total"] == pytest.approx(0.3 - 0.1)  # weight 0: left out
+
+
+def test_retrieval_belief_is_a_softmax_over_the_pool_without_earlier_guesses():
+    judge = RetrievalJudge(DISTRACTORS + list(MESSAGES), belief_temperature=0.05)
+    pizza, view = "Let's get pizza tonight", JudgeView(["🍕🌙"])
+    beliefs = judge.target_logprobs([view] * len(judge.candidates), judge.candidates)
+    assert sum(math.exp(b) for b in beliefs) == pytest.approx(1.0, abs=1e-5)
+    assert max(beliefs) == beliefs[judge.candidates.index(pizza)]  # the guess is the likeliest
+    (sharper,) = RetrievalJudge(DISTRACTORS + list(MESSAGES), belief_temperature=0.01).target_logprobs([view], [pizza])
+    assert beliefs[judge.candidates.index(pizza)] < sharper <= 0
+    # an excluded earlier guess and a text outside the pool: no belief; nothing to read: uniform
+    other = DISTRACTORS[0]
+    assert judge.target_logprobs([JudgeView(["🍕🌙"], [pizza]), view], [pizza, "not in the pool"]) == [None, None]
+    after = judge.target_logprobs([JudgeView(["🍕🌙"], [pizza])], [other])[0]
+    assert after > beliefs[judge.candidates.index(other)]  # the excluded guess's mass moved to the rest
+    assert judge.target_logprobs([JudgeView(["words"])], [other])[0] == pytest.approx(-math.log(len(judge.candidates)))
+
+
+def test_the_game_records_the_judges_belief_before_its_guess_is_excluded(reward):
+    episodes = play(ScriptedPolicy(lambda p: "🍕🌙"), None, RetrievalJudge(DISTRACTORS), reward, targets(2), settings=GameSettings(max_turns=2))
+    won, lost = episodes  # pizza wins turn 1; the rain message misses it with the same emoji
+    assert won.success and len(won.turns) == 1 and won.turns[0].target_logprob > math.log(0.5)
+    assert len(lost.turns) == 2
+    first, second = (t.target_logprob for t in lost.turns)
+    assert first < 0 and second > first  # the first guess left the pool: the rest gained belief
+    assert "target_logprob" in episode_to_json(lost)["turns"][0]
+    blind = play(ScriptedPolicy(), None, CountingJudge(RetrievalJudge(DISTRACTORS)), reward, targets(2), settings=GameSettings(max_turns=1))
+    assert [t.target_logprob for ep in blind for t in ep.turns] == [None, None]  # a judge without TargetBelief
 
 
 def test_similarity_is_batched_and_bounded(reward):

@@ -5,7 +5,8 @@ The query of an episode is built from all its emoji turns so far: each turn's em
 joined ("pizza, fork and knife with plate") are embedded, and the query is the weighted sum
 of the turn embeddings, turn t (from 0) weighing `later_turn_weight ** t`, so a correcting
 turn can outweigh the first one. The judge never repeats a guess it already made in the
-episode: its earlier guesses (JudgeView.guesses) are masked out of the pool.
+episode: its earlier guesses (JudgeView.guesses) are masked out of the pool. Its belief in
+the true target (`TargetBelief`) is the softmax of the same cosines over the pool.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class RetrievalConfig(ConfigModel):
     )
     later_turn_weight: float = Field(
         1.5, gt=0, description="Turn t (from 0) weighs later_turn_weight**t in the query; above 1, corrections count more."
+    )
+    belief_temperature: float = Field(
+        0.05, gt=0, description="The judge's belief in each candidate is softmax(cosine / belief_temperature) over the pool "
+        "(read by the similarity reward's listener_weight); lower is more certain."
     )
 
 
@@ -87,11 +92,12 @@ def draw_distractors(cfg: RetrievalConfig, ctx: BuildContext) -> list[str]:
 
 
 class RetrievalJudge:
-    def __init__(self, candidates: Sequence[str] = (), later_turn_weight: float = 1.5, minilm=None):
+    def __init__(self, candidates: Sequence[str] = (), later_turn_weight: float = 1.5, minilm=None, belief_temperature: float = 0.05):
         from emojikit.embedding import get_minilm
 
         self.minilm = minilm or get_minilm()
         self.later_turn_weight = later_turn_weight
+        self.belief_temperature = belief_temperature
         self.candidates: list[str] = []
         self._index: dict[str, int] = {}
         self._emb_P_D = np.zeros((0, self.minilm.dim), dtype=np.float32)
@@ -117,9 +123,9 @@ class RetrievalJudge:
     def turn_names(emoji_text: str) -> str:
         return emojis.names_text(emojis.split(emoji_text))
 
-    def guess(self, views: Sequence[JudgeView]) -> list[str]:
-        if not views:
-            return []
+    def _scores(self, views: Sequence[JudgeView]) -> tuple[np.ndarray, np.ndarray]:
+        """(cosine of each view's query to each pool message, with the judge's earlier guesses
+        at -inf; whether the view had anything to read)."""
         pool_P_D = self._pool()
         names_per_view = [[self.turn_names(t) for t in v.emoji_turns] for v in views]
         texts = list(dict.fromkeys(n for names in names_per_view for n in names if n))
@@ -135,19 +141,43 @@ class RetrievalJudge:
         # Cosine, not dot: normalising keeps weights relative however many turns there are.
         query_B_D /= np.maximum(np.linalg.norm(query_B_D, axis=1, keepdims=True), 1e-12)
         scores_B_P = query_B_D @ pool_P_D.T
-
-        out = []
         for b, view in enumerate(views):
-            if not readable_B[b] or pool_P_D.shape[0] == 0:
-                out.append("")  # nothing to read (or nothing to retrieve from)
-                continue
             for earlier in view.guesses:
                 if earlier in self._index:
                     scores_B_P[b, self._index[earlier]] = -np.inf
+        return scores_B_P, readable_B
+
+    def guess(self, views: Sequence[JudgeView]) -> list[str]:
+        if not views:
+            return []
+        scores_B_P, readable_B = self._scores(views)
+        out = []
+        for b in range(len(views)):
+            if not readable_B[b] or scores_B_P.shape[1] == 0:
+                out.append("")  # nothing to read (or nothing to retrieve from)
+                continue
             best = int(np.argmax(scores_B_P[b]))
             out.append("" if scores_B_P[b, best] == -np.inf else self.candidates[best])
         return out
 
+    def target_logprobs(self, views: Sequence[JudgeView], targets: Sequence[str]) -> list[Optional[float]]:
+        """log softmax(cosine / belief_temperature) over the pool at the target (earlier
+        guesses excluded, as when guessing); an unreadable view gives every candidate the same
+        chance; None for a target outside the pool."""
+        if not views:
+            return []
+        scores_B_P, readable_B = self._scores(views)
+        out: list[Optional[float]] = []
+        for b, target in enumerate(targets):
+            i = self._index.get(target.strip())
+            if i is None or scores_B_P[b, i] == -np.inf:
+                out.append(None)
+                continue
+            logits_P = np.where(np.isfinite(scores_B_P[b]), scores_B_P[b] / self.belief_temperature if readable_B[b] else 0.0, -np.inf)
+            top = float(np.max(logits_P))
+            out.append(float(logits_P[i] - top - np.log(np.sum(np.exp(logits_P - top)))))
+        return out
+
 
 def build(cfg: RetrievalConfig, ctx: BuildContext) -> RetrievalJudge:
-    return RetrievalJudge(draw_distractors(cfg, ctx), later_turn_weight=cfg.later_turn_weight)
+    return RetrievalJudge(draw_distractors(cfg, ctx), later_turn_weight=cfg.later_turn_weight, belief_temperature=cfg.belief_temperature)

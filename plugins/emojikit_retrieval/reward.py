@@ -1,10 +1,15 @@
 """The `similarity` reward: MiniLM cosine between the judge's final guess and the target,
 plus a success bonus and penalties for turns used, invalid format and repeated emoji.
 
-    total = similarity_weight * similarity + success_bonus - turn_penalty - format_penalty - repetition_penalty
+    total = similarity_weight * similarity + listener_weight * listener + success_bonus
+            - turn_penalty - format_penalty - repetition_penalty
 
   similarity          of the last turn's guess ("" scores 0); similarity_weight scales it in the
                       total (the breakdown keeps the plain similarity)
+  listener            the judge's belief in the target after the last turn (a `TargetBelief`
+                      judge: log p, floored at listener_floor), as 1 + max(log p, floor) / |floor|:
+                      1 when the judge is certain, 0 at or below e**floor or for a judge without
+                      beliefs. It moves with every emoji, also when the guess stays wrong.
   success_bonus       success_bonus * success_decay**(k-1) if the last turn reached
                       success_threshold on turn k, else 0
   turn_penalty        turn_penalty * turns used
@@ -36,6 +41,10 @@ class SimilarityConfig(ConfigModel):
         1.0, ge=0, description="Weight of the final guess's similarity in the total; 0 rewards only success (and the penalties), "
         "so episodes that all miss teach nothing instead of teaching near misses."
     )
+    listener_weight: float = Field(
+        0.0, ge=0, description="Weight of the judge's belief in the target (`listener`, 0..1) in the total; 0 leaves it out."
+    )
+    listener_floor: float = Field(-8.0, lt=0, description="log p(target) below this counts as this (listener 0).")
     success_bonus: float = Field(1.0, ge=0, description="Added on success.")
     success_decay: float = Field(0.5, ge=0, le=1, description="The bonus is multiplied by this for every turn after the first.")
     turn_penalty: float = Field(0.05, ge=0, description="Subtracted per turn used.")
@@ -90,8 +99,10 @@ class SimilarityReward:
             n = len(ep.turns)
             sim = ep.turns[-1].similarity if n else 0.0
             success = n > 0 and sim >= c.success_threshold
+            logprob = ep.turns[-1].target_logprob if n else None
             breakdown = {
                 "similarity": sim,
+                "listener": 1.0 + max(logprob, c.listener_floor) / -c.listener_floor if logprob is not None else 0.0,
                 "success": float(success),
                 "turns": float(n),
                 "success_bonus": c.success_bonus * c.success_decay ** (n - 1) if success else 0.0,
@@ -101,6 +112,7 @@ class SimilarityReward:
             }
             breakdown["total"] = (
                 c.similarity_weight * breakdown["similarity"]
+                + c.listener_weight * breakdown["listener"]
                 + breakdown["success_bonus"]
                 - breakdown["turn_penalty"]
                 - breakdown["format_penalty"]

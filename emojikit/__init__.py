@@ -23,6 +23,7 @@ from emojikit.components import (
     PromptSource,
     Reward,
     SuccessThreshold,
+    TargetBelief,
     Teacher,
 )
 from emojikit.config import ConfigModel, ExistingPath
@@ -49,7 +50,7 @@ __all__ = [
     "Message", "JudgeView", "Episode", "EpisodeTurn", "FormatCheck",
     "Sample", "SamplingParams", "Datum", "LossOutput", "AdamParams", "ChatMessages",
     # optional capabilities
-    "CandidatePool", "SuccessThreshold", "BindingReport", "SampleTotals", "DEFAULT_SUCCESS_THRESHOLD",
+    "CandidatePool", "TargetBelief", "SuccessThreshold", "BindingReport", "SampleTotals", "DEFAULT_SUCCESS_THRESHOLD",
     # the emoji format
     "EmojiFormat", "DEFAULT_FORMAT", "format_of", "emojis",
     # errors a plugin raises

@@ -169,7 +169,7 @@ def play(
             ep.success = is_success(reward, sim)
         # The judge's belief in the target before this turn's guess joins its excluded guesses.
         views = [JudgeView(judge_view(ep).emoji_turns, [t.guess for t in ep.turns[:-1]]) for ep, _ in answered]
-        for (ep, _), logprob in zip(answered, target_logprobs(judge, views, [ep.target for ep, _ in answered]) if answered else []):
+        for (ep, _), logprob in zip(answered, target_logprobs(judge, views, [ep.target for ep, _ in answered])):
             ep.turns[-1].target_logprob = logprob
 
         if on_turn is not None:

@@ -51,6 +51,10 @@ class GRPOSettings(ConfigModel):
         1.0, ge=0, le=1, description="Scale of negative advantages. 0 trains only on episodes better than their group's mean: "
         "their tokens are pushed up and none are pushed down (a failed answer shares most of its emoji with winning ones)."
     )
+    emoji_credit: float = Field(
+        0.0, ge=0, description="Weight of each emoji's own credit (emojikit/credit.py: the judge's log-belief in the target with "
+        "the turn minus without that emoji) added to its tokens' advantage; needs a judge with beliefs (the retrieval judges)."
+    )
     teacher_episodes: int = Field(
         0, ge=0, description="Episodes per group that open with the [teacher]'s answer instead of a sample (off-policy guidance; "
         "the sender plays later turns). The judge's reward decides whether the answer is pushed up or down."
@@ -171,29 +175,38 @@ def turn_advantages(group: Group, normalize_std: bool, credit: str) -> list[list
     return out
 
 
-def episode_datums(episode: Episode, advantage, budget: int) -> list:
+def episode_datums(episode: Episode, advantage, budget: int, token_bonus: Optional[list[list[float]]] = None) -> list:
     """One datum per turn: the turn's prompt plus the sender's tokens, which carry the
-    advantage (one float for every turn, or one per turn)."""
+    advantage (one float for every turn, or one per turn), plus each token's bonus (per
+    turn, one float per sampled token) when given."""
     from emojikit.policy import Datum
 
     per_turn = advantage if isinstance(advantage, list) else [advantage] * len(episode.turns)
-    return [
-        Datum.from_sample(turn.sample, advantage=a, decoded=True, decode_budget=budget)
-        for turn, a in zip(episode.turns, per_turn)
-        if turn.sample is not None
-    ]
+    datums = []
+    for k, (turn, a) in enumerate(zip(episode.turns, per_turn)):
+        if turn.sample is None:
+            continue
+        datum = Datum.from_sample(turn.sample, advantage=a, decoded=True, decode_budget=budget)
+        first = len(turn.sample.prompt_tokens) - 1  # where the sampled tokens start among the targets
+        for j, bonus in enumerate(token_bonus[k] if token_bonus else []):
+            datum.advantages[first + j] += bonus
+        datums.append(datum)
+    return datums
 
 
-def group_datums(groups: list[Group], g: GRPOSettings, budget: int) -> tuple[list[list], int]:
+def group_datums(groups: list[Group], g: GRPOSettings, budget: int, credit=None) -> tuple[list[list], int]:
     """(datums per group that teaches, groups skipped): a group whose rewards are all equal
-    has no advantage and teaches nothing."""
+    and whose emoji earned no credit teaches nothing. `credit` (an `EmojiCredit`, when
+    g.emoji_credit > 0) adds each emoji's own credit to its tokens."""
     per_group, skipped = [], 0
     for group in groups:
-        if max(group.rewards) - min(group.rewards) < 1e-9:
+        bonus = credit.token_bonus(group.episodes, g.emoji_credit) if credit is not None else None
+        flat = max(group.rewards) - min(group.rewards) < 1e-9
+        if flat and not (bonus and any(b for ep in bonus for turn in ep for b in turn)):
             skipped += 1
             continue
         advantages = [[a if a >= 0 else a * g.negative_weight for a in row] for row in turn_advantages(group, g.normalize_std, g.credit)]
-        per_group.append([d for ep, adv in zip(group.episodes, advantages) for d in episode_datums(ep, adv, budget)])
+        per_group.append([d for i, (ep, adv) in enumerate(zip(group.episodes, advantages)) for d in episode_datums(ep, adv, budget, bonus[i] if bonus else None)])
     return per_group, skipped
 
 
@@ -312,6 +325,7 @@ def run(recipe, run_dir) -> None:
     add_candidates(judge, [m.text for m in heldout + train_targets])
     heldout_judge = held_out_judge(recipe, run_dir, judge, heldout)
     guided = guided_sender(recipe, g, policy, game, run_dir)
+    credit = emoji_credit(recipe, g, judge, policy)
     print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets, {len(heldout)} held out")
     atomic_write_text(run_dir.file("start.json"), json.dumps({"start": start_ref or "base"}) + "\n")  # what sweep compares against
 
@@ -346,7 +360,7 @@ def run(recipe, run_dir) -> None:
             t_play = time.time() - t0
             kept = drop_failed(groups)
             failed_steps = 0 if kept else failed_steps + 1
-            per_group, skipped = group_datums(kept, g, game.max_new_tokens)
+            per_group, skipped = group_datums(kept, g, game.max_new_tokens, credit)
 
             row = {"step": done, "dropped_groups": len(groups) - len(kept), "skipped_groups": skipped}
             row.update(step_statistics(groups, kept, t_play))
@@ -395,6 +409,20 @@ def run(recipe, run_dir) -> None:
         from emojikit.comparison import write_comparison
 
         write_comparison(recipe, run_dir, start_ref, str(run_dir.checkpoint_path(g.steps)))
+
+
+def emoji_credit(recipe, g: GRPOSettings, judge, policy):
+    """The per-emoji credit of g.emoji_credit > 0, or None; a judge without beliefs cannot give it."""
+    from emojikit.components import TargetBelief
+    from emojikit.credit import EmojiCredit
+    from emojikit.errors import ConfigError
+
+    if not g.emoji_credit:
+        return None
+    if not isinstance(judge, TargetBelief):
+        raise ConfigError(f"{recipe.path}: [grpo] emoji_credit: the judge `{recipe.components['judge'].spec.name}` reports no belief in the target "
+                          "(TargetBelief); use a retrieval judge or set emoji_credit = 0")
+    return EmojiCredit(judge, policy.tokenizer)
 
 
 def guided_sender(recipe, g: GRPOSettings, policy, game, run_dir):

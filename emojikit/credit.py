@@ -86,9 +86,15 @@ class EmojiCredit:
     def __init__(self, judge, tokenizer, floor: float = FLOOR):
         self.judge, self.tokenizer, self.floor = judge, tokenizer, floor
 
-    def token_bonus(self, episodes: Sequence[Episode], weight: float) -> list[list[list[float]]]:
-        """Per episode, per turn, per sampled token: weight times its emoji's credit."""
+    def token_bonus(self, episodes: Sequence[Episode], weight: float, baseline: str = "group") -> list[list[list[float]]]:
+        """Per episode, per turn, per sampled token: weight times its emoji's credit, less the
+        mean credit of every emoji the episodes sent (baseline "group", for a group's episodes)
+        so an emoji is pushed up only if it helped more than the sender's typical emoji did."""
         credits = emoji_credits(episodes, self.judge, self.floor)
+        if baseline == "group":
+            flat = [c for per_turn in credits for per_emoji in per_turn for c in per_emoji]
+            mean = sum(flat) / len(flat) if flat else 0.0
+            credits = [[[c - mean for c in per_emoji] for per_emoji in per_turn] for per_turn in credits]
         return [
             [[weight * c for c in token_credits(t.sample.tokens, self.tokenizer, per_emoji)] if t.sample is not None else [] for t, per_emoji in zip(ep.turns, per_turn)]
             for ep, per_turn in zip(episodes, credits)

@@ -55,6 +55,9 @@ class GRPOSettings(ConfigModel):
         0.0, ge=0, description="Weight of each emoji's own credit (emojikit/credit.py: the judge's log-belief in the target with "
         "the turn minus without that emoji) added to its tokens' advantage; needs a judge with beliefs (the retrieval judges)."
     )
+    emoji_credit_baseline: Literal["group", "none"] = Field(
+        "group", description='"group": an emoji\'s credit less the mean credit of the emoji its group sent; "none": the raw credit.'
+    )
     teacher_episodes: int = Field(
         0, ge=0, description="Episodes per group that open with the [teacher]'s answer instead of a sample (off-policy guidance; "
         "the sender plays later turns). The judge's reward decides whether the answer is pushed up or down."
@@ -200,7 +203,7 @@ def group_datums(groups: list[Group], g: GRPOSettings, budget: int, credit=None)
     g.emoji_credit > 0) adds each emoji's own credit to its tokens."""
     per_group, skipped = [], 0
     for group in groups:
-        bonus = credit.token_bonus(group.episodes, g.emoji_credit) if credit is not None else None
+        bonus = credit.token_bonus(group.episodes, g.emoji_credit, g.emoji_credit_baseline) if credit is not None else None
         flat = max(group.rewards) - min(group.rewards) < 1e-9
         if flat and not (bonus and any(b for ep in bonus for turn in ep for b in turn)):
             skipped += 1

@@ -78,7 +78,7 @@ def test_credit_reaches_the_datums_even_in_a_group_whose_rewards_are_equal(judge
     plain = GRPOSettings(normalize_std=False)
     assert group_datums([group], plain, 24) == ([], 1)  # equal rewards, no credit: nothing to teach
 
-    credited = GRPOSettings(normalize_std=False, emoji_credit=2.0)
+    credited = GRPOSettings(normalize_std=False, emoji_credit=2.0, emoji_credit_baseline="none")
     (datums,), skipped = group_datums([group], credited, 24, EmojiCredit(judge, tokenizer))
     assert skipped == 0 and len(datums) == 2
     sample = episodes[0].turns[0].sample
@@ -89,3 +89,15 @@ def test_credit_reaches_the_datums_even_in_a_group_whose_rewards_are_equal(judge
     for a, i in zip(advantages, index):
         assert a == pytest.approx({0: 2.0 * pizza, 1: 2.0 * bus, None: 0.0}[i])
     assert datums[0].advantages[:first] == [0.0] * first  # the prompt carries nothing
+
+
+def test_the_group_baseline_centres_the_credit_of_the_emoji_a_group_sent(judge, tokenizer):
+    target = "Let's get pizza tonight"
+    episodes = [Episode(target, turns=[turn(t, judge, target, tokenizer)]) for t in ("🍕🚌", "🍕🌙")]
+    raw = [c for per_ep in emoji_credits(episodes, judge, floor=-8.0) for per_turn in per_ep for c in per_turn]
+    mean = sum(raw) / len(raw)
+    credit = EmojiCredit(judge, tokenizer)
+    centred, uncentred = credit.token_bonus(episodes, 1.0, "group"), credit.token_bonus(episodes, 1.0, "none")
+    for ep, c_ep, u_ep in zip(episodes, centred, uncentred):
+        index = token_emoji_index(ep.turns[0].sample.tokens, tokenizer)
+        assert c_ep[0] == pytest.approx([0.0 if i is None else u - mean for u, i in zip(u_ep[0], index)])

@@ -17,6 +17,8 @@ from typing import Optional, Sequence
 from emojikit import emojis
 from emojikit.components import Episode, JudgeView, target_logprobs
 
+FLOOR = -8.0  # as the similarity reward's listener_floor: a belief below e**-8 counts as none
+
 
 def emoji_credits(episodes: Sequence[Episode], judge, floor: float) -> list[list[list[float]]]:
     """Per episode, per turn, per emoji of the turn: its leave-one-out credit (0 where the
@@ -75,9 +77,6 @@ def _extends(tokenizer, tokens: Sequence[int], j: int) -> bool:
 def token_credits(tokens: Sequence[int], tokenizer, credits_per_emoji: Sequence[float]) -> list[float]:
     """The credit each sampled token carries: its emoji's credit, 0 for the rest."""
     return [credits_per_emoji[i] if i is not None and i < len(credits_per_emoji) else 0.0 for i in token_emoji_index(tokens, tokenizer)]
-
-
-FLOOR = -8.0  # as the similarity reward's listener_floor: a belief below e**-8 counts as none
 
 
 class EmojiCredit:

@@ -7,7 +7,8 @@ import pytest
 from emojikit.bundled import SMOLLM2, load_tokenizer
 from emojikit.components import Episode, EpisodeTurn, JudgeView, Message
 from emojikit.credit import EmojiCredit, emoji_credits, token_emoji_index
-from emojikit.grpo import GRPOSettings, Group, group_datums
+from emojikit.errors import ConfigError
+from emojikit.grpo import GRPOSettings, Group, emoji_credit, group_datums
 from emojikit.policy import Sample
 
 from emojikit_retrieval.retrieval import RetrievalJudge
@@ -101,3 +102,19 @@ def test_the_group_baseline_centres_the_credit_of_the_emoji_a_group_sent(judge, 
     for ep, c_ep, u_ep in zip(episodes, centred, uncentred):
         index = token_emoji_index(ep.turns[0].sample.tokens, tokenizer)
         assert c_ep[0] == pytest.approx([0.0 if i is None else u - mean for u, i in zip(u_ep[0], index)])
+
+
+def test_emoji_credit_needs_a_judge_with_beliefs(judge, tokenizer):
+    from types import SimpleNamespace
+
+    recipe = SimpleNamespace(path="r.toml", components={"judge": SimpleNamespace(spec=SimpleNamespace(name="echo"))})
+    policy = SimpleNamespace(tokenizer=tokenizer)
+
+    class Blind:
+        def guess(self, views):
+            return ["" for _ in views]
+
+    assert emoji_credit(recipe, GRPOSettings(), Blind(), policy) is None  # off: nothing needed
+    with pytest.raises(ConfigError, match=r"r.toml: \[grpo\] emoji_credit: the judge `echo` reports no belief"):
+        emoji_credit(recipe, GRPOSettings(emoji_credit=1.0), Blind(), policy)
+    assert emoji_credit(recipe, GRPOSettings(emoji_credit=1.0), judge, policy).judge is judge

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from emojikit import emojis
 from emojikit.components import Episode, JudgeView, target_logprobs
+from emojikit.game import judge_view
 
 FLOOR = -8.0  # as the similarity reward's listener_floor: a belief below e**-8 counts as none
 
@@ -30,10 +31,9 @@ def emoji_credits(episodes: Sequence[Episode], judge, floor: float) -> list[list
             if turn.target_logprob is None:
                 continue
             found = emojis.split(turn.emoji)
-            earlier = ["".join(emojis.split(t.emoji)) for t in ep.turns[:k]]
-            guesses = [t.guess for t in ep.turns[:k]]
+            earlier = judge_view(Episode(ep.target, turns=ep.turns[:k]))  # what the judge saw before this turn
             for i in range(len(found)):
-                views.append(JudgeView(earlier + ["".join(found[:i] + found[i + 1 :])], guesses))
+                views.append(JudgeView(earlier.emoji_turns + ["".join(found[:i] + found[i + 1 :])], earlier.guesses))
                 targets.append(ep.target)
                 where.append((e, k, i))
     for (e, k, i), without in zip(where, target_logprobs(judge, views, targets) if views else []):
@@ -47,31 +47,21 @@ def token_emoji_index(tokens: Sequence[int], tokenizer) -> list[Optional[int]]:
     adds no emoji character (end of turn, whitespace). A token that ends inside an emoji's
     bytes belongs to the emoji its bytes complete."""
     special = set(getattr(tokenizer, "all_special_ids", ()) or ())
-    counts, partial = [], []
-    for j in range(len(tokens)):
-        text = tokenizer.decode(list(tokens[: j + 1]), skip_special_tokens=True)
-        counts.append(len(emojis.split(text)))
-        partial.append(text.endswith("\ufffd"))
+    texts = [tokenizer.decode(list(tokens[: j + 1]), skip_special_tokens=True) for j in range(len(tokens))]
+    counts = [len(emojis.split(text)) for text in texts]
     index: list[Optional[int]] = [None] * len(tokens)
-    following: Optional[int] = None
+    following: Optional[int] = None  # the emoji of the next token that has one
     for j in reversed(range(len(tokens))):
-        before = counts[j - 1] if j else 0
+        before = texts[j - 1].rstrip("\ufffd") if j else ""
+        added = texts[j][len(before) :]
         if tokens[j] in special:
             index[j] = None
-        elif partial[j]:
-            index[j] = following
-        elif counts[j] > before or (counts[j] and _extends(tokenizer, tokens, j)):
-            index[j] = counts[j] - 1
+        elif texts[j].endswith("\ufffd"):
+            index[j] = following  # part of an emoji's bytes: the emoji they complete
+        elif counts[j] > (counts[j - 1] if j else 0) or (counts[j] and added and not added.isspace()):
+            index[j] = counts[j] - 1  # a new emoji, or a variation selector / ZWJ / skin tone on the last one
         following = index[j] if index[j] is not None else following
     return index
-
-
-def _extends(tokenizer, tokens: Sequence[int], j: int) -> bool:
-    """Whether token j adds characters to the last emoji (a variation selector, a ZWJ and the
-    emoji after it, a skin tone) without starting a new one."""
-    before = tokenizer.decode(list(tokens[:j]), skip_special_tokens=True).rstrip("\ufffd")
-    after = tokenizer.decode(list(tokens[: j + 1]), skip_special_tokens=True)
-    return len(after) > len(before) and not after[len(before) :].isspace()
 
 
 def token_credits(tokens: Sequence[int], tokenizer, credits_per_emoji: Sequence[float]) -> list[float]:

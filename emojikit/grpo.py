@@ -69,7 +69,7 @@ class GRPOSettings(ConfigModel):
     )
     sft_run: Path = Field(Path("runs/sft"), description="Run directory whose latest checkpoint start_from=auto uses.")
     heldout_file: Optional[Path] = Field(
-        None, description="Held-out targets (JSONL with a text field, or one per line); default: the first eval_targets of the prompt source."
+        None, description="Held-out targets (JSONL with a text field, or one per line): none of its rows trains, the first eval_targets are played; default: the first eval_targets of the prompt source."
     )
     target_max_words: Optional[int] = Field(
         None, ge=1, description="Train only on targets of at most this many words (the data recipe's held-out RL targets have at most 12)."
@@ -321,14 +321,15 @@ def run(recipe, run_dir) -> None:
     if start_ref is not None and "init_from" in type(backend.config).model_fields:
         backend = type(backend)(backend.table, backend.spec, backend.config.model_copy(update={"init_from": start_ref}))
     recipe.components["backend"] = backend
-    policy = recipe.build("backend", run_dir.path)
-    decoder = recipe.build("decoder", run_dir.path)
     judge = recipe.build("judge", run_dir.path)
     reward = recipe.build("reward", run_dir.path)
+    require_beliefs(recipe, g, judge, reward)  # before the policy loads: a one-line error, fast
+    policy = recipe.build("backend", run_dir.path)
+    decoder = recipe.build("decoder", run_dir.path)
     add_candidates(judge, [m.text for m in heldout + train_targets])
     heldout_judge = held_out_judge(recipe, run_dir, judge, heldout)
     guided = guided_sender(recipe, g, policy, game, run_dir)
-    credit = emoji_credit(recipe, g, judge, policy)
+    credit = emoji_credit(g, judge, policy)
     print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets, {len(heldout)} held out")
     atomic_write_text(run_dir.file("start.json"), json.dumps({"start": start_ref or "base"}) + "\n")  # what sweep compares against
 
@@ -414,18 +415,28 @@ def run(recipe, run_dir) -> None:
         write_comparison(recipe, run_dir, start_ref, str(run_dir.checkpoint_path(g.steps)))
 
 
-def emoji_credit(recipe, g: GRPOSettings, judge, policy):
-    """The per-emoji credit of g.emoji_credit > 0, or None; a judge without beliefs cannot give it."""
+def require_beliefs(recipe, g: GRPOSettings, judge, reward) -> None:
+    """The emoji credit, and a reward that says it reads the judge's belief (`uses_target_belief`),
+    need a `TargetBelief` judge: without one they would silently count nothing."""
     from emojikit.components import TargetBelief
-    from emojikit.credit import EmojiCredit
     from emojikit.errors import ConfigError
 
-    if not g.emoji_credit:
-        return None
-    if not isinstance(judge, TargetBelief):
-        raise ConfigError(f"{recipe.path}: [grpo] emoji_credit: the judge `{recipe.components['judge'].spec.name}` reports no belief in the target "
+    if isinstance(judge, TargetBelief):
+        return
+    name = recipe.components["judge"].spec.name
+    if g.emoji_credit:
+        raise ConfigError(f"{recipe.path}: [grpo] emoji_credit: the judge `{name}` reports no belief in the target "
                           "(TargetBelief); use a retrieval judge or set emoji_credit = 0")
-    return EmojiCredit(judge, policy.tokenizer)
+    if getattr(reward, "uses_target_belief", False):
+        raise ConfigError(f"{recipe.path}: [reward] {recipe.components['reward'].spec.name}: it reads the judge's belief in the target, "
+                          f"and the judge `{name}` reports none (TargetBelief); use a retrieval judge or set listener_weight = 0")
+
+
+def emoji_credit(g: GRPOSettings, judge, policy):
+    """The per-emoji credit of g.emoji_credit > 0 (require_beliefs checked the judge), or None."""
+    from emojikit.credit import EmojiCredit
+
+    return EmojiCredit(judge, policy.tokenizer) if g.emoji_credit else None
 
 
 def guided_sender(recipe, g: GRPOSettings, policy, game, run_dir):

@@ -12,7 +12,8 @@ from emojikit.components import Message
 
 
 def split_targets(recipe, g, run_dir) -> tuple[list[Message], list[Message]]:
-    """(held-out, training) targets; held-out ones never train, even when the prompt source repeats them."""
+    """(held-out, training) targets; held-out ones never train, even when the prompt source repeats them.
+    With a heldout_file, none of its rows trains, also those past the eval_targets played."""
     from emojikit.errors import ConfigError, InputFileError
 
     source = recipe.build("prompts", run_dir.path)
@@ -21,8 +22,9 @@ def split_targets(recipe, g, run_dir) -> tuple[list[Message], list[Message]]:
 
         if not Path(g.heldout_file).is_file():
             raise InputFileError(f"{recipe.path}: [grpo] heldout_file: {g.heldout_file} does not exist (make it with: emojikit run recipes/data.toml)")
-        heldout = read_targets(g.heldout_file, g.eval_targets) if g.eval_targets else []
-        held = {m.text for m in heldout}
+        whole_file = read_targets(g.heldout_file)
+        heldout = whole_file[: g.eval_targets]
+        held = {m.text for m in whole_file}  # the whole file, also the rows past eval_targets, never trains
         train = [m for m in source.messages(draw_count(g, len(held))) if m.text not in held and short_enough(m, g)][: g.target_pool]
     else:
         messages = list(source.messages(g.eval_targets + g.target_pool))

@@ -8,7 +8,7 @@ from emojikit.bundled import SMOLLM2, load_tokenizer
 from emojikit.components import Episode, EpisodeTurn, JudgeView, Message
 from emojikit.credit import EmojiCredit, emoji_credits, token_emoji_index
 from emojikit.errors import ConfigError
-from emojikit.grpo import GRPOSettings, Group, emoji_credit, group_datums
+from emojikit.grpo import GRPOSettings, Group, emoji_credit, group_datums, require_beliefs
 from emojikit.policy import Sample
 
 from emojikit_retrieval.retrieval import RetrievalJudge
@@ -104,17 +104,25 @@ def test_the_group_baseline_centres_the_credit_of_the_emoji_a_group_sent(judge, 
         assert c_ep[0] == pytest.approx([0.0 if i is None else u - mean for u, i in zip(u_ep[0], index)])
 
 
-def test_emoji_credit_needs_a_judge_with_beliefs(judge, tokenizer):
+def test_emoji_credit_and_a_belief_reward_need_a_judge_with_beliefs(judge, tokenizer):
     from types import SimpleNamespace
 
-    recipe = SimpleNamespace(path="r.toml", components={"judge": SimpleNamespace(spec=SimpleNamespace(name="echo"))})
+    from emojikit_retrieval.reward import SimilarityConfig, SimilarityReward
+
+    names = {"judge": "echo", "reward": "similarity"}
+    recipe = SimpleNamespace(path="r.toml", components={k: SimpleNamespace(spec=SimpleNamespace(name=v)) for k, v in names.items()})
     policy = SimpleNamespace(tokenizer=tokenizer)
+    plain, listening = SimilarityReward(), SimilarityReward(SimilarityConfig(listener_weight=1.0))
 
     class Blind:
         def guess(self, views):
             return ["" for _ in views]
 
-    assert emoji_credit(recipe, GRPOSettings(), Blind(), policy) is None  # off: nothing needed
+    require_beliefs(recipe, GRPOSettings(), Blind(), plain)  # neither asks for beliefs: nothing needed
+    assert emoji_credit(GRPOSettings(), Blind(), policy) is None
     with pytest.raises(ConfigError, match=r"r.toml: \[grpo\] emoji_credit: the judge `echo` reports no belief"):
-        emoji_credit(recipe, GRPOSettings(emoji_credit=1.0), Blind(), policy)
-    assert emoji_credit(recipe, GRPOSettings(emoji_credit=1.0), judge, policy).judge is judge
+        require_beliefs(recipe, GRPOSettings(emoji_credit=1.0), Blind(), plain)
+    with pytest.raises(ConfigError, match=r"r.toml: \[reward\] similarity: it reads the judge's belief .* `echo` reports none"):
+        require_beliefs(recipe, GRPOSettings(), Blind(), listening)
+    require_beliefs(recipe, GRPOSettings(emoji_credit=1.0), judge, listening)  # a retrieval judge reports beliefs
+    assert emoji_credit(GRPOSettings(emoji_credit=1.0), judge, policy).judge is judge

@@ -169,3 +169,23 @@ filter_threshold = 0.5
     assert stats["rl_filter_tried"] >= len(kept) == min(stats["rl_filter_kept"], 9)
     assert stats["rl_filter_threshold"] == 0.5
     assert len(read_rows(tmp_path / "data/rl_heldout.jsonl")) == 3  # held-out targets are not filtered
+
+
+def test_no_row_of_the_heldout_file_trains_also_past_eval_targets(tmp_path):
+    from emojikit.recipe import load_recipe
+    from emojikit.runs import RunDir
+    from emojikit.targets import split_targets
+    from recipe_texts import GRPO_COMPONENTS, jsonl
+
+    texts = [f"message number {i}" for i in range(10)]
+    (tmp_path / "source.jsonl").write_text(jsonl({"text": t} for t in texts), encoding="utf-8")
+    (tmp_path / "heldout.jsonl").write_text(jsonl({"text": t} for t in texts[:4]), encoding="utf-8")
+    components = GRPO_COMPONENTS.replace('use = "generated"', f'use = "jsonl"\npath = {json.dumps(str(tmp_path / "source.jsonl"))}')
+    (tmp_path / "grpo.toml").write_text(
+        'kind = "grpo"\n' + components + f'[grpo]\nstart_from = "base"\neval_targets = 2\ntarget_pool = 10\nheldout_file = {json.dumps(str(tmp_path / "heldout.jsonl"))}\n',
+        encoding="utf-8",
+    )
+    recipe = load_recipe(tmp_path / "grpo.toml")
+    heldout, train = split_targets(recipe, recipe.settings["grpo"], RunDir(tmp_path / "run"))
+    assert [m.text for m in heldout] == texts[:2]  # the first eval_targets rows are played
+    assert [m.text for m in train] == texts[4:]  # rows 3-4 are not played, and do not train either

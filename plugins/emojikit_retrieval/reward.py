@@ -62,6 +62,7 @@ class SimilarityReward:
     def __init__(self, cfg: SimilarityConfig = SimilarityConfig(), minilm=None):
         self.cfg = cfg
         self.success_threshold = cfg.success_threshold
+        self.uses_target_belief = cfg.listener_weight > 0  # the loop then requires a TargetBelief judge
         self._minilm = minilm
 
     @property

@@ -216,7 +216,7 @@ def group_datums(groups: list[Group], g: GRPOSettings, budget: int, credit=None)
 def fold_kl(policy, datums: list, *, temperature: float, decoder, kl_coef: float) -> float:
     """Mean per-token log(pi/pi_start) of the sampled tokens; kl_coef times it is subtracted
     from each token's advantage. The sampler's logprobs stand for pi (same weights)."""
-    ref_logprobs = policy.compute_logprobs(datums, temperature=temperature, decoder=decoder, reference=True)
+    ref_logprobs = policy.compute_logprobs(datums, temperature=temperature, decoder=decoder, reference=True, weighted_only=True)
     kl_sum = kl_n = 0.0
     for d, ref in zip(datums, ref_logprobs):
         for t, w in enumerate(d.weights):

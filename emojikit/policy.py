@@ -116,9 +116,11 @@ class Policy(Protocol):
     def sample(self, prompts: Sequence[ChatMessages], n: int, params: SamplingParams, decoder: Any = None) -> list[list[Sample]]:
         """n samples per prompt. With a decoder, every sample satisfies it (masked or redrawn)."""
 
-    def compute_logprobs(self, datums: Sequence[Datum], *, temperature: float = 1.0, decoder: Any = None, reference: bool = False) -> list[list[float]]:
+    def compute_logprobs(self, datums: Sequence[Datum], *, temperature: float = 1.0, decoder: Any = None, reference: bool = False, weighted_only: bool = False) -> list[list[float]]:
         """Logprob of each target token (per position), under the same temperature and decoder
-        mask the sampler used; reference=True scores with the start weights (for KL)."""
+        mask the sampler used; reference=True scores with the start weights (for KL).
+        weighted_only=True asks only for positions with a non-zero weight (what a KL over the
+        trained tokens needs); a backend may return 0 at the others, and save the work."""
 
     def forward_backward(self, datums: Sequence[Datum], loss: LossName, *, temperature: float = 1.0, decoder: Any = None, clip: float = 0.2) -> LossOutput:
         """Accumulate gradients of the named loss over the datums."""

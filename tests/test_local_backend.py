@@ -242,6 +242,26 @@ def test_tiny_sampler_logprobs_match_compute_logprobs_under_a_mask(top_p):
     assert any(abs(a - b) > 1e-2 for lp, um in zip(recomputed, unmasked) for a, b in zip(lp, um))
 
 
+def test_weighted_only_logprobs_are_the_full_ones_at_weighted_positions(tmp_path):
+    """fold_kl's cheap path (shared prompt, weighted positions only) scores what the full pass
+    scores, masked, for the policy and for the reference."""
+    policy = tiny_policy()
+    decoder = IdSetDecoder(lambda tok: list(range(4, TINY_VOCAB, 2)))
+    prompts = [[{"role": "user", "content": "w5 w6 w7"}], [{"role": "user", "content": "w9 w10 w11"}]]
+    groups = policy.sample(prompts, 3, SamplingParams(max_tokens=6, temperature=0.7, seed=1), decoder)
+    datums = [Datum.from_sample(s, advantage=1.0, decoded=True) for group in groups for s in group]
+    policy.forward_backward(random_datums(2), "cross_entropy")
+    policy.optim_step(AdamParams(learning_rate=1e-2))  # the policy now differs from its reference
+    for reference in (False, True):
+        full = policy.compute_logprobs(datums, temperature=0.7, decoder=decoder, reference=reference)
+        cheap = policy.compute_logprobs(datums, temperature=0.7, decoder=decoder, reference=reference, weighted_only=True)
+        for d, f, c in zip(datums, full, cheap):
+            assert len(c) == len(f)
+            assert [x for x, w in zip(c, d.weights) if w] == pytest.approx([x for x, w in zip(f, d.weights) if w], abs=1e-5)
+            assert all(x == 0 for x, w in zip(c, d.weights) if not w)
+    assert full != policy.compute_logprobs(datums, temperature=0.7, decoder=decoder)  # reference and policy differ
+
+
 def test_reference_is_the_init_checkpoint_and_stays_frozen(tmp_path):
     policy = tiny_policy()
     datums = random_datums(3)

@@ -190,14 +190,19 @@ class LocalPolicy:
         order = sorted(range(len(datums)), key=lambda i: (len(keys[i]), keys[i], len(datums[i].model_input)))
         return _chunks(order, self.config.micro_batch_size)
 
-    def compute_logprobs(self, datums: Sequence[Datum], *, temperature: float = 1.0, decoder: Any = None, reference: bool = False) -> list[list[float]]:
+    def compute_logprobs(self, datums: Sequence[Datum], *, temperature: float = 1.0, decoder: Any = None, reference: bool = False, weighted_only: bool = False) -> list[list[float]]:
         self._check(datums)
         constraint = self._constraint(decoder)
         result: list[list[float]] = [[] for _ in datums]
         with torch.inference_mode(), self._weights(reference):
             for batch in self._micro_batches(datums):
                 chunk = [datums[i] for i in batch]
-                logprobs_B_T = target_logprobs(self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget, pad_id=self.pad_id, device=self.device)
+                # weighted_only: as forward_backward scores, a group's shared prompt runs once
+                # and only weighted positions reach the vocabulary projection (0 elsewhere).
+                logprobs_B_T = target_logprobs(
+                    self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget, pad_id=self.pad_id, device=self.device,
+                    first_position=first_needed_position(chunk) if weighted_only else 0, share_prefix=weighted_only, weighted_only=weighted_only,
+                )
                 for row, i in enumerate(batch):
                     result[i] = logprobs_B_T[row, : len(datums[i].target_tokens)].tolist()
         return result

@@ -299,9 +299,10 @@ class TinkerPolicy:
         if abs(temperature - 1.0) > 1e-9:
             raise ConfigError(f"the tinker backend {what} at temperature 1.0 only (got {temperature}); set the training temperature to 1.0")
 
-    def compute_logprobs(self, datums: Sequence[Datum], *, temperature: float = 1.0, decoder: Any = None, reference: bool = False) -> list[list[float]]:
-        """Per-position target logprobs. Nothing is masked: Tinker samples unmasked (redrawing
-        invalid samples), so scoring unmasked matches the sampler."""
+    def compute_logprobs(self, datums: Sequence[Datum], *, temperature: float = 1.0, decoder: Any = None, reference: bool = False, weighted_only: bool = False) -> list[list[float]]:
+        """Per-position target logprobs, every position (Tinker scores whole sequences, so
+        weighted_only saves nothing here). Nothing is masked: Tinker samples unmasked
+        (redrawing invalid samples), so scoring unmasked matches the sampler."""
         import tinker
 
         self._check_temperature(temperature, "scores")

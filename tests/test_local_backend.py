@@ -242,7 +242,7 @@ def test_tiny_sampler_logprobs_match_compute_logprobs_under_a_mask(top_p):
     assert any(abs(a - b) > 1e-2 for lp, um in zip(recomputed, unmasked) for a, b in zip(lp, um))
 
 
-def test_weighted_only_logprobs_are_the_full_ones_at_weighted_positions(tmp_path):
+def test_weighted_only_logprobs_are_the_full_ones_at_weighted_positions():
     """fold_kl's cheap path (shared prompt, weighted positions only) scores what the full pass
     scores, masked, for the policy and for the reference."""
     policy = tiny_policy()

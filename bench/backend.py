@@ -25,7 +25,7 @@ from common import parser as bench_parser, peak_rss_mb  # noqa: E402
 def run(args) -> dict:
     import torch
 
-    from emojikit.policy import AdamParams, Datum, SamplingParams
+    from emojikit.api.policy import AdamParams, Datum, SamplingParams
     from emojikit_local.config import LocalConfig
     from emojikit_local.loading import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
@@ -77,7 +77,7 @@ def run(args) -> dict:
 
 
 def main(argv=None) -> None:
-    from emojikit.bundled import SMOLLM2
+    from emojikit.support.bundled import SMOLLM2
 
     parser = bench_parser(__doc__, threads=0)
     parser.add_argument("--model", default=SMOLLM2)

@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import torch
 
-from emojikit.bundled import SMOLLM2, cache_dir, load_tokenizer
+from emojikit.support.bundled import SMOLLM2, cache_dir, load_tokenizer
 from emojikit_emoji_mask.automaton import EmojiAutomaton
 from emojikit_emoji_mask.binding import bind_graph
 from emojikit_emoji_mask.constraint import EmojiConstraint
@@ -208,7 +208,7 @@ def load_model():
     except ImportError:
         from transformers import AutoModelForCausalLM
 
-        from emojikit.bundled import smollm2_gguf
+        from emojikit.support.bundled import smollm2_gguf
 
         directory, filename = smollm2_gguf()
         model = AutoModelForCausalLM.from_pretrained(str(directory), gguf_file=filename).eval()

@@ -9,7 +9,7 @@ Both sides: SmolLM2-135M-Instruct (the dequantized fp32 copy emojikit_local.load
 LoRA rank 16 / alpha 32 on every linear projection, `prompts` chat prompts x 4 completions per
 optimizer step, 32 new tokens at temperature 1, the same reward (`emoji_reward`: emoji count,
 minus stray characters), PPO-clipped loss without KL, AdamW, fp32, no decoder mask (TRL has
-none). emojikit's step is what emojikit/grpo.py does for one turn: sample -> reward ->
+none). emojikit's step is what emojikit/training/grpo.py does for one turn: sample -> reward ->
 group-relative advantages -> datums -> forward_backward("ppo") -> optim_step; every group is
 trained (grpo.py skips groups whose rewards are all equal; TRL does not, so neither does this).
 
@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MESSAGES, machine, peak_rss_mb  # noqa: E402
 
-SYSTEM = "Reply with 2-8 emoji only."  # emojikit.data.SYSTEM_PROMPT, the game's first turn
+SYSTEM = "Reply with 2-8 emoji only."  # emojikit.training.data.SYSTEM_PROMPT, the game's first turn
 LORA = {"r": 16, "lora_alpha": 32.0, "lora_dropout": 0.0, "target_modules": "all-linear"}
 LEARNING_RATE = 1e-5
 
@@ -49,7 +49,7 @@ def step_prompts(step: int, n_prompts: int) -> list[list[dict[str, str]]]:
 
 def emoji_reward(text: str) -> float:
     """Emoji count (capped at 8) / 8, minus 0.05 per non-emoji character: cheap, deterministic."""
-    from emojikit import emojis
+    from emojikit.api import emojis
 
     found, rest = emojis.parse(text)
     return min(len(found), 8) / 8 - 0.05 * len(rest)
@@ -66,8 +66,8 @@ def cpu_seconds() -> float:
 def run_emojikit(args) -> dict:
     import torch
 
-    from emojikit.grpo import group_advantages
-    from emojikit.policy import AdamParams, Datum, SamplingParams
+    from emojikit.training.grpo import group_advantages
+    from emojikit.api.policy import AdamParams, Datum, SamplingParams
     from emojikit_local.config import LocalConfig
     from emojikit_local.loading import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
@@ -111,7 +111,7 @@ def run_trl(args) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from emojikit.bundled import SMOLLM2
+    from emojikit.support.bundled import SMOLLM2
     from emojikit_local.loading import clear_quantization_markers, load_model_and_tokenizer
 
     if args.threads:

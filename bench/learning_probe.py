@@ -35,7 +35,7 @@ RECIPE = ROOT / "recipes" / "learning-probe.toml"
 
 
 def probe_recipe(args):
-    from emojikit.recipe import load_recipe
+    from emojikit.composition.recipe import load_recipe
 
     return load_recipe(RECIPE, [f"grpo.steps={args.steps}", f"grpo.batch_size={args.batch}", f"grpo.group_size={args.group}",
                                 f"grpo.learning_rate={args.lr}", f"seed={args.seed}"])
@@ -66,10 +66,10 @@ def run_trl(args) -> list[dict]:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from emojikit.bundled import SMOLLM2
-    from emojikit.game import GameSettings, sender_prompt
-    from emojikit.targets import split_targets
-    from emojikit.sft import batch_indices
+    from emojikit.support.bundled import SMOLLM2
+    from emojikit.play.game import GameSettings, sender_prompt
+    from emojikit.training.targets import split_targets
+    from emojikit.training.sft import batch_indices
     from emojikit_local.config import LocalConfig
     from emojikit_local.loading import clear_quantization_markers, load_model_and_tokenizer
     from emojikit_retrieval.probe import KeywordShareReward

@@ -5,7 +5,7 @@
     python bench/profile_step.py --targets 2 --steps 1   # smoke run
     python bench/profile_step.py --torch-ops 15     # also the top torch ops of the last step
 
-A step is what emojikit/grpo.py does: the batched game (local backend with a fresh LoRA,
+A step is what emojikit/training/grpo.py does: the batched game (local backend with a fresh LoRA,
 emoji-mask decoder, retrieval judge, similarity reward) -> group-relative advantages -> datums
 -> forward_backward("ppo") -> optim_step. The policy, judge and reward are wrapped so every
 call is timed: sample, judge (guess), reward (similarity + score), forward_backward,
@@ -53,9 +53,9 @@ class Timed:
 def run(args) -> dict:
     import torch
 
-    from emojikit.game import GameSettings, play
-    from emojikit.grpo import episode_datums, group_advantages
-    from emojikit.policy import AdamParams, SamplingParams
+    from emojikit.play.game import GameSettings, play
+    from emojikit.training.grpo import episode_datums, group_advantages
+    from emojikit.api.policy import AdamParams, SamplingParams
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -7,7 +7,7 @@
 Pairs are built as in GRPO: `targets` distinct messages from the `generated` prompt source,
 each paired with a distinct guess drawn from other messages (a retrieval judge guesses a message
 of its pool), so a target recurs pairs / targets times and no guess repeats. Three ways, each on MiniLM
-(emojikit.embedding) with an emptied cache:
+(emojikit.play.embedding) with an emptied cache:
   one_at_a_time   one encode call per pair, nothing cached (the original design)
   batched_cold    SimilarityReward.similarity over all pairs in one call, empty cache
   batched_warm    the same call with the targets already cached (a run embeds a target once)
@@ -29,7 +29,7 @@ from common import machine, parser as bench_parser, print_header  # noqa: E402
 def run(args) -> dict:
     import torch
 
-    from emojikit.embedding import get_minilm
+    from emojikit.play.embedding import get_minilm
     from emojikit_retrieval.reward import SimilarityReward
     from emojikit_text.generated import GeneratedConfig, GeneratedSource
 

@@ -1,4 +1,4 @@
-"""Multi-turn rollouts: the batched game (emojikit.game.play) vs the same episodes one at a time.
+"""Multi-turn rollouts: the batched game (emojikit.play.game.play) vs the same episodes one at a time.
 
     python bench/rollouts.py                       # 8 targets x group 4, 3 turns, a table
     python bench/rollouts.py --json
@@ -25,9 +25,9 @@ from common import machine, parser as bench_parser, print_header  # noqa: E402
 
 
 def build(kind_table: str, name: str, seed: int):
-    from emojikit.components import BuildContext
-    from emojikit.recipe import COMPONENT_TABLES
-    from emojikit.registry import get_registry
+    from emojikit.api.components import BuildContext
+    from emojikit.composition.recipe import COMPONENT_TABLES
+    from emojikit.composition.registry import get_registry
 
     spec = get_registry().get(COMPONENT_TABLES[kind_table], name)
     config = spec.config()
@@ -40,8 +40,8 @@ def build(kind_table: str, name: str, seed: int):
 def run(args) -> dict:
     import torch
 
-    from emojikit.game import GameSettings, play
-    from emojikit.policy import SamplingParams
+    from emojikit.play.game import GameSettings, play
+    from emojikit.api.policy import SamplingParams
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -66,11 +66,11 @@ def run(args) -> dict:
     import torch
     import uvicorn
 
-    from emojikit.human_games import HumanGameLog
-    from emojikit.web.app import create_app
-    from emojikit.web.games import GameService
-    from emojikit.web.models import build_models
-    from emojikit.web.worker import ModelWorker
+    from emojikit.evaluation.human_games import HumanGameLog
+    from emojikit.ui.web.app import create_app
+    from emojikit.ui.web.games import GameService
+    from emojikit.ui.web.models import build_models
+    from emojikit.ui.web.worker import ModelWorker
 
     if args.threads:
         torch.set_num_threads(args.threads)

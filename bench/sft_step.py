@@ -30,9 +30,9 @@ SETTINGS = [("float32", 8), ("float32", 16), ("bfloat16", 8), ("bfloat16", 16)]
 def run(args) -> dict:
     import torch
 
-    from emojikit.bundled import SMOLLM2
-    from emojikit.policy import AdamParams
-    from emojikit.sft import batch_indices, chat_datum, load_chats
+    from emojikit.support.bundled import SMOLLM2
+    from emojikit.api.policy import AdamParams
+    from emojikit.training.sft import batch_indices, chat_datum, load_chats
     from emojikit_local.config import LocalConfig
     from emojikit_local.loading import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy

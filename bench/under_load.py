@@ -39,8 +39,8 @@ BUSY_LOOP = "while True: pass"
 
 
 def chats(train_file: Path, n: int) -> tuple[list, str]:
-    from emojikit.format import DEFAULT_FORMAT
-    from emojikit.sft import load_chats
+    from emojikit.api.format import DEFAULT_FORMAT
+    from emojikit.training.sft import load_chats
 
     if train_file.exists():
         return load_chats(train_file, limit=n), str(train_file)
@@ -67,9 +67,9 @@ def worker(args) -> dict:
     by the parent before torch loads."""
     import torch
 
-    from emojikit.bundled import SMOLLM2
-    from emojikit.policy import AdamParams
-    from emojikit.sft import batch_indices, chat_datum
+    from emojikit.support.bundled import SMOLLM2
+    from emojikit.api.policy import AdamParams
+    from emojikit.training.sft import batch_indices, chat_datum
     from emojikit_local.config import LocalConfig
     from emojikit_local.loading import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy

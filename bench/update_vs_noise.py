@@ -70,7 +70,7 @@ def main() -> None:
         twin = args.out / f"noise-seed{seed}" / "checkpoints" / args.final.name
         relative = noise_twin(args.start, args.final, twin, seed)
         twins.append(twin)
-    command = [sys.executable, "-m", "emojikit.cli", "eval", "--recipe", str(args.recipe), "--judge", args.judge,
+    command = [sys.executable, "-m", "emojikit.ui.cli", "eval", "--recipe", str(args.recipe), "--judge", args.judge,
                "--targets", str(args.targets), "-n", str(args.n), "--out", str(args.out), "--set", f"seed={args.seed}",
                *[a for c in [args.start, args.final, *twins] for a in ("--checkpoint", str(c))]]
     command += [a for value in args.sets for a in ("--set", value)]

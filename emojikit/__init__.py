@@ -3,11 +3,21 @@
 Everything a plugin needs is importable from here (docs/plugins.md is the contract):
 
     from emojikit import Component, hookimpl, ConfigModel, Message, JudgeView, Episode
+
+The core is grouped by domain (docs/design.md): api/ (the plugin contract), composition/
+(registry, assembly, recipes), play/ (the game), training/ (data, SFT, GRPO), evaluation/,
+stages/ (run directories, chains), support/ (bundled models, I/O, retry), ui/ (CLI, web).
+The flat module paths of earlier releases (`emojikit.components`, `emojikit.game`, ...) still
+import: emojikit/_moved.py maps them to their new homes.
 """
 
-from emojikit import emojis
-from emojikit.assembly import build_component
-from emojikit.components import (
+from emojikit import _moved
+
+_moved.install()
+
+from emojikit.api import emojis
+from emojikit.composition.assembly import build_component
+from emojikit.api.components import (
     DEFAULT_SUCCESS_THRESHOLD,
     BindingReport,
     BuildContext,
@@ -26,8 +36,8 @@ from emojikit.components import (
     TargetBelief,
     Teacher,
 )
-from emojikit.config import ConfigModel, ExistingPath
-from emojikit.errors import (
+from emojikit.api.config import ConfigModel, ExistingPath
+from emojikit.api.errors import (
     ConfigError,
     EmojikitError,
     InputFileError,
@@ -36,10 +46,10 @@ from emojikit.errors import (
     PluginError,
     RemoteServiceError,
 )
-from emojikit.format import DEFAULT_FORMAT, EmojiFormat, format_of
-from emojikit.hookspecs import hookimpl
-from emojikit.policy import AdamParams, ChatMessages, Datum, LossOutput, Policy, Sample, SampleTotals, SamplingParams, TokenConstraint
-from emojikit.secrets import require_key
+from emojikit.api.format import DEFAULT_FORMAT, EmojiFormat, format_of
+from emojikit.api.hookspecs import hookimpl
+from emojikit.api.policy import AdamParams, ChatMessages, Datum, LossOutput, Policy, Sample, SampleTotals, SamplingParams, TokenConstraint
+from emojikit.api.secrets import require_key
 
 __version__ = "0.1.0"
 __all__ = [

@@ -15,7 +15,7 @@ def tiny_model(tmp_path_factory) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from emojikit.bundled import SMOLLM2, load_tokenizer
+    from emojikit.support.bundled import SMOLLM2, load_tokenizer
 
     torch.manual_seed(0)
     tokenizer = load_tokenizer(SMOLLM2)

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emojikit import emojis
-from emojikit.components import BuildContext, JudgeView, Message
-from emojikit.errors import MissingCredentialError, RemoteServiceError
+from emojikit.api import emojis
+from emojikit.api.components import BuildContext, JudgeView, Message
+from emojikit.api.errors import MissingCredentialError, RemoteServiceError
 from emojikit_claude import prompts
 from emojikit_claude.client import Backoff
 from emojikit_claude.judge import ClaudeJudge
@@ -483,7 +483,7 @@ def test_judge_retries_rate_limits(fake):
 
 
 def test_claude_data_recipe_end_to_end_and_resumed(fake, monkeypatch, tmp_path):
-    from emojikit.cli import cli
+    from emojikit.ui.cli import cli
 
     counter = iter(range(10**6))
 
@@ -525,7 +525,7 @@ def test_claude_data_recipe_end_to_end_and_resumed(fake, monkeypatch, tmp_path):
 
 
 def test_missing_key_fails_the_recipe_before_any_work(monkeypatch, tmp_path):
-    from emojikit.cli import cli
+    from emojikit.ui.cli import cli
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.chdir(tmp_path)  # no .env here
@@ -641,7 +641,7 @@ def test_batch_create_that_never_reached_the_server_is_created_on_the_rerun(fake
 def test_data_stats_count_invalid_errored_expired_and_canceled_answers_separately(fake, monkeypatch, tmp_path):
     """`emojikit run recipes/claude-data.toml`: of 20 batch items, 3 answers are not emoji, 2
     errored, 1 expired and 1 was canceled; data_stats.json says so, key by key."""
-    from emojikit.cli import cli
+    from emojikit.ui.cli import cli
 
     counter = iter(range(10**6))
     fake.reply = lambda body: "\n".join(f"message {next(counter)} about the sea" for _ in range(int(body["messages"][0]["content"].split()[1])))

@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from pydantic import Field
 
 from emojikit import Component, hookimpl, hookspecs, registry as registry_mod
-from emojikit.cli import cli
-from emojikit.config import ConfigModel
-from emojikit.errors import ConfigError, PluginError, RunDirectoryError
-from emojikit.recipe import load_recipe
-from emojikit.registry import Registry
-from emojikit.runs import RunDir
+from emojikit.ui.cli import cli
+from emojikit.api.config import ConfigModel
+from emojikit.api.errors import ConfigError, PluginError, RunDirectoryError
+from emojikit.composition.recipe import load_recipe
+from emojikit.composition.registry import Registry
+from emojikit.stages.runs import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 THIRDPARTY = Path(__file__).parent / "thirdparty"
@@ -87,7 +87,7 @@ def test_list_plugins_reports_a_duplicate_as_a_conflict_row(tmp_path):
     source = (THIRDPARTY / "emojikit_echo_judge.py").read_text()
     site = write_fake_dist(tmp_path, "emojikit_echo_clone", source)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(THIRDPARTY), str(site)])}
-    exe = [sys.executable, "-m", "emojikit.cli"]
+    exe = [sys.executable, "-m", "emojikit.ui.cli"]
     text = subprocess.run(exe + ["list-plugins", "--kind", "judge"], env=env, capture_output=True, text=True)
     assert text.returncode == 0, text.stderr
     row = next(line for line in text.stdout.splitlines() if line.startswith("CONFLICT"))
@@ -311,7 +311,7 @@ def test_describe_unknown_name():
 
 def test_third_party_plugin_listed_and_usable_in_a_recipe(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(THIRDPARTY)}
-    exe = [sys.executable, "-m", "emojikit.cli"]
+    exe = [sys.executable, "-m", "emojikit.ui.cli"]
     listed = subprocess.run(exe + ["list-plugins", "--kind", "judge", "--json"], env=env, capture_output=True, text=True, check=True)
     echo = [c for c in json.loads(listed.stdout)["components"] if c["name"] == "echo"]
     assert echo and echo[0]["distribution"] == "emojikit-echo-judge" and echo[0]["version"] == "0.1.0"
@@ -323,7 +323,7 @@ def test_third_party_plugin_listed_and_usable_in_a_recipe(tmp_path):
 
 def test_list_plugins_is_fast():
     # Heavy libraries load inside factories only, so listing never imports torch.
-    probe = "import runpy,sys; sys.argv=['emojikit','list-plugins']\ntry:\n    runpy.run_module('emojikit.cli', run_name='__main__')\nexcept SystemExit: pass\nprint('TORCH' if 'torch' in sys.modules else 'NO_TORCH')"
+    probe = "import runpy,sys; sys.argv=['emojikit','list-plugins']\ntry:\n    runpy.run_module('emojikit.ui.cli', run_name='__main__')\nexcept SystemExit: pass\nprint('TORCH' if 'torch' in sys.modules else 'NO_TORCH')"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("NO_TORCH"), out
 

@@ -1,15 +1,15 @@
-"""Per-emoji credit (emojikit/credit.py) and how GRPO carries it into the datums."""
+"""Per-emoji credit (emojikit/training/credit.py) and how GRPO carries it into the datums."""
 
 from __future__ import annotations
 
 import pytest
 
-from emojikit.bundled import SMOLLM2, load_tokenizer
-from emojikit.components import Episode, EpisodeTurn, JudgeView, Message
-from emojikit.credit import EmojiCredit, emoji_credits, token_emoji_index
-from emojikit.errors import ConfigError
-from emojikit.grpo import GRPOSettings, Group, emoji_credit, group_datums, require_beliefs
-from emojikit.policy import Sample
+from emojikit.support.bundled import SMOLLM2, load_tokenizer
+from emojikit.api.components import Episode, EpisodeTurn, JudgeView, Message
+from emojikit.training.credit import EmojiCredit, emoji_credits, token_emoji_index
+from emojikit.api.errors import ConfigError
+from emojikit.training.grpo import GRPOSettings, Group, emoji_credit, group_datums, require_beliefs
+from emojikit.api.policy import Sample
 
 from emojikit_retrieval.retrieval import RetrievalJudge
 

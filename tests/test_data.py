@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emojikit import emojis
-from emojikit.cli import cli
-from emojikit.components import BuildContext, Message
-from emojikit.metrics import distinct_per_100, literal_similarity
+from emojikit.api import emojis
+from emojikit.ui.cli import cli
+from emojikit.api.components import BuildContext, Message
+from emojikit.evaluation.metrics import distinct_per_100, literal_similarity
 from emojikit_text import grammar
 from emojikit_text.generated import GeneratedConfig, GeneratedSource, dedup_key
 
@@ -97,12 +97,12 @@ def test_jsonl_source_reads_fields(tmp_path):
 
 
 def test_jsonl_bad_line_fails_with_file_and_line_before_any_model(tmp_path, monkeypatch):
-    import emojikit.embedding
+    import emojikit.play.embedding
 
     def no_model(*a, **k):
         raise AssertionError("a model was loaded before the input file was checked")
 
-    monkeypatch.setattr(emojikit.embedding, "MiniLM", no_model)
+    monkeypatch.setattr(emojikit.play.embedding, "MiniLM", no_model)
     f = tmp_path / "m.jsonl"
     f.write_text('{"text": "hello"}\n{"text": "fine"}\n{"text": oops}\n', encoding="utf-8")
     recipe = _data_recipe(tmp_path, f'use = "jsonl"\npath = "{f}"')

@@ -11,11 +11,11 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emojikit import emojis
-from emojikit.bundled import SMOLLM2, load_tokenizer
-from emojikit.components import BuildContext, Decoder
-from emojikit.policy import TokenConstraint
-from emojikit.registry import get_registry
+from emojikit.api import emojis
+from emojikit.support.bundled import SMOLLM2, load_tokenizer
+from emojikit.api.components import BuildContext, Decoder
+from emojikit.api.policy import TokenConstraint
+from emojikit.composition.registry import get_registry
 from emojikit_emoji_mask.automaton import EmojiAutomaton
 from emojikit_emoji_mask.decoder import EmojiMaskDecoder, NoConstraintDecoder
 from emojikit_emoji_mask.tokens import token_bytes, vocabulary_kind
@@ -420,7 +420,7 @@ def test_logits_processor_masks_a_sampling_loop(smollm2, decoder):
 
 
 def test_mask_command_prints_sizes_and_exports(tmp_path, monkeypatch):
-    from emojikit.cli import cli
+    from emojikit.ui.cli import cli
 
     monkeypatch.setenv("EMOJIKIT_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "masks.npz"
@@ -453,7 +453,7 @@ def test_smollm2_at_temperature_1_5_never_produces_invalid_answers(decoder):
     except ImportError:
         from transformers import AutoModelForCausalLM
 
-        from emojikit.bundled import smollm2_gguf
+        from emojikit.support.bundled import smollm2_gguf
 
         directory, filename = smollm2_gguf()
         model, tokenizer = AutoModelForCausalLM.from_pretrained(str(directory), gguf_file=filename).eval(), load_tokenizer(SMOLLM2)

@@ -18,8 +18,8 @@ from typing import Callable, Optional
 import pytest
 from click.testing import CliRunner
 
-from emojikit.cli import cli
-from emojikit.runs import RunDir
+from emojikit.ui.cli import cli
+from emojikit.stages.runs import RunDir
 from recipe_texts import GRPO_COMPONENTS, SFT, jsonl
 
 REPO = Path(__file__).resolve().parents[1]

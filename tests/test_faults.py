@@ -29,15 +29,15 @@ import pytest
 import tinker
 from click.testing import CliRunner
 
-from emojikit.cli import cli
-from emojikit.components import BuildContext, JudgeView
-from emojikit.errors import RemoteServiceError
+from emojikit.ui.cli import cli
+from emojikit.api.components import BuildContext, JudgeView
+from emojikit.api.errors import RemoteServiceError
 from emojikit_claude.judge import ClaudeJudge
 from emojikit_claude.settings import ClaudeJudgeConfig
 from emojikit_tinker.config import TinkerBackendConfig, TinkerJudgeConfig
 from emojikit_tinker.judge import TinkerJudge
 from emojikit_tinker.policy import TinkerPolicy
-from emojikit.policy import SamplingParams
+from emojikit.api.policy import SamplingParams
 from test_claude import FAKE_KEY, FakeAnthropic, Handler, all_bytes
 from test_tinker import FakeService, no_sleep_retrier, service, tokenizer  # noqa: F401 - fixtures
 

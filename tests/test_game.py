@@ -12,10 +12,10 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from emojikit.components import Episode, EpisodeTurn, JudgeView, Message
-from emojikit.errors import ConfigError, InputFileError
-from emojikit.game import GameSettings, episode_to_json, judge_view, play, sender_prompt
-from emojikit.policy import Sample, SamplingParams
+from emojikit.api.components import Episode, EpisodeTurn, JudgeView, Message
+from emojikit.api.errors import ConfigError, InputFileError
+from emojikit.play.game import GameSettings, episode_to_json, judge_view, play, sender_prompt
+from emojikit.api.policy import Sample, SamplingParams
 
 from emojikit_retrieval.retrieval import RetrievalConfig, RetrievalJudge, read_pool_file
 from emojikit_retrieval.reward import SimilarityConfig, SimilarityReward, repeated_share
@@ -170,7 +170,7 @@ def test_success_ends_an_episode_early_and_max_turns_caps_the_rest(reward):
 
 
 def test_one_sample_judge_and_similarity_call_per_turn(reward):
-    from emojikit.embedding import get_minilm
+    from emojikit.play.embedding import get_minilm
 
     inner = RetrievalJudge(DISTRACTORS)
     judge, counted = CountingJudge(inner), CountingReward(reward)
@@ -200,8 +200,8 @@ def test_play_passes_the_decoder_and_max_new_tokens_and_checks_format(reward, re
         min_emoji, max_emoji = 2, 8
 
         def check(self, text):
-            from emojikit.components import FormatCheck
-            from emojikit.emojis import is_emoji_only
+            from emojikit.api.components import FormatCheck
+            from emojikit.api.emojis import is_emoji_only
 
             return FormatCheck(is_emoji_only(text, 2, 8), 0)
 
@@ -258,7 +258,7 @@ def test_retrieval_weighs_later_turns_more():
 
 
 def test_retrieval_pool_file_and_its_errors(tmp_path):
-    from emojikit.components import BuildContext
+    from emojikit.api.components import BuildContext
     from emojikit_retrieval.retrieval import build
 
     good = tmp_path / "pool.jsonl"
@@ -275,8 +275,8 @@ def test_retrieval_pool_file_and_its_errors(tmp_path):
 
 
 def test_retrieval_without_a_distractor_source_fails_in_preflight():
-    from emojikit.components import BuildContext
-    from emojikit.registry import Registry
+    from emojikit.api.components import BuildContext
+    from emojikit.composition.registry import Registry
     from emojikit_retrieval import retrieval
 
     # The context carries the registry: one without the text plugin has no `generated` source.
@@ -384,8 +384,8 @@ def test_local_lm_judge_gives_short_one_line_guesses(one_thread):
 
 
 def test_a_real_game_with_the_bundled_sender(one_thread, reward):
-    from emojikit.components import BuildContext
-    from emojikit.registry import get_registry
+    from emojikit.api.components import BuildContext
+    from emojikit.composition.registry import get_registry
 
     registry = get_registry()
     backend = registry.get("backend", "local")

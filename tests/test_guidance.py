@@ -1,4 +1,4 @@
-"""Teacher-guided GRPO episodes (emojikit/guidance.py): the teacher's answer opens an episode
+"""Teacher-guided GRPO episodes (emojikit/training/guidance.py): the teacher's answer opens an episode
 in the sender's own tokens and logprobs, the sender plays the rest, and the group compares it
 with the sender's own episodes."""
 
@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emojikit.cli import cli
-from emojikit.components import Message
-from emojikit.evaluate import TeacherSender
-from emojikit.game import GameSettings
-from emojikit.grpo import GRPOSettings, play_groups
-from emojikit.guidance import GuidedSender
-from emojikit.policy import Sample, SamplingParams
+from emojikit.ui.cli import cli
+from emojikit.api.components import Message
+from emojikit.evaluation.evaluate import TeacherSender
+from emojikit.play.game import GameSettings
+from emojikit.training.grpo import GRPOSettings, play_groups
+from emojikit.training.guidance import GuidedSender
+from emojikit.api.policy import Sample, SamplingParams
 
 from emojikit_retrieval.keywords import KeywordsJudge
 from emojikit_retrieval.reward import SimilarityReward
@@ -126,7 +126,7 @@ log_groups = 2
     assert 0.0 <= row["guided_success_rate"] <= 1.0 and 0.0 <= row["own_success_rate"] <= 1.0
     assert row["ratio_max_deviation"] < 1e-3  # the teacher's tokens replay at the sender's own logprobs
     episodes = [json.loads(line) for line in (tmp_path / "run/episodes.jsonl").read_text().splitlines()]
-    from emojikit.assembly import build_component, context
+    from emojikit.composition.assembly import build_component, context
 
     lexicon = build_component("teacher", "lexicon", None, context(seed=0, run_dir=tmp_path, recipe_path=tmp_path / "g.toml"), table="teacher")
     for group in (0, 1):

@@ -90,7 +90,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles_in_the_core():
     graph, _ = core_graph()
-    assert {"emojikit.cli", "emojikit.game", "emojikit.assembly"} <= set(graph), "the walk missed core modules"
+    assert {"emojikit.ui.cli", "emojikit.play.game", "emojikit.composition.assembly"} <= set(graph), "the walk missed core modules"
     assert cycles(graph) == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles(graph))
 
 
@@ -111,3 +111,26 @@ def test_the_walk_sees_a_cycle_and_a_plugin_import(tmp_path):
     graph, to_plugins = core_graph(tmp_path)
     assert cycles(graph) == [["emojikit.a", "emojikit.b"]]
     assert ("emojikit.b", "emojikit_fake.thing") in to_plugins
+
+
+def test_every_flat_module_path_of_the_old_layout_still_imports_as_the_moved_module():
+    """Plugins written against the flat layout (`emojikit.components`, `emojikit.web.models`) keep working."""
+    import importlib
+
+    from emojikit._moved import MOVED, new_name
+
+    for old in MOVED:
+        moved = importlib.import_module(f"emojikit.{old}")
+        assert moved is importlib.import_module(new_name(f"emojikit.{old}"))
+        assert moved.__spec__.name == new_name(f"emojikit.{old}")
+    assert importlib.import_module("emojikit.web.models") is importlib.import_module("emojikit.ui.web.models")
+    from emojikit.components import Component  # noqa: F401  the spelling of docs and third-party plugins
+    from emojikit.game import play  # noqa: F401
+
+
+def test_the_core_folder_holds_packages_and_the_public_api_only():
+    """The tree shows the architecture: no module sits loose beside the domain packages."""
+    loose = sorted(p.name for p in (ROOT / "emojikit").glob("*.py") if p.name not in {"__init__.py", "_moved.py"})
+    assert loose == []
+    for old in __import__("emojikit._moved", fromlist=["MOVED"]).MOVED:
+        assert not (ROOT / "emojikit" / f"{old}.py").exists()

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emojikit import emojis
-from emojikit.cli import cli
-from emojikit.components import Episode, EpisodeTurn, Message
-from emojikit.game import episode_to_json
-from emojikit.grpo import EPISODES_FILE, EVAL_FILE, METRICS_FILE, before_after_table, summarize
-from emojikit.inspect_run import select_episodes
-from emojikit.io import atomic_write_text
-from emojikit.runs import RunDir
+from emojikit.api import emojis
+from emojikit.ui.cli import cli
+from emojikit.api.components import Episode, EpisodeTurn, Message
+from emojikit.play.game import episode_to_json
+from emojikit.training.grpo import EPISODES_FILE, EVAL_FILE, METRICS_FILE, before_after_table, summarize
+from emojikit.ui.inspect_run import select_episodes
+from emojikit.support.io import atomic_write_text
+from emojikit.stages.runs import RunDir
 
 from emojikit_retrieval.reward import SimilarityReward
 
@@ -217,8 +217,8 @@ def one_thread():
 @pytest.fixture(scope="module")
 def saved_checkpoint(one_thread, tmp_path_factory) -> Path:
     """A real adapter checkpoint saved by the local backend (its start weights)."""
-    from emojikit.components import BuildContext
-    from emojikit.registry import get_registry
+    from emojikit.api.components import BuildContext
+    from emojikit.composition.registry import get_registry
 
     registry = get_registry()
     backend = registry.get("backend", "local")
@@ -247,7 +247,7 @@ def test_chat_answers_every_stdin_line_in_emoji(saved_checkpoint):
 
 
 def test_play_human_scores_the_guesses_and_the_sender_sees_them(saved_checkpoint, monkeypatch):
-    import emojikit.interactive as interactive
+    import emojikit.ui.interactive as interactive
 
     prompts = []
     real_build = interactive.build_parts
@@ -295,10 +295,10 @@ def test_play_human_scores_the_guesses_and_the_sender_sees_them(saved_checkpoint
 
 
 def test_play_human_draws_a_random_target_from_the_prompt_source():
-    from emojikit.interactive import Parts, pick_target
-    from emojikit.game import GameSettings
-    from emojikit.registry import get_registry
-    from emojikit.components import BuildContext
+    from emojikit.ui.interactive import Parts, pick_target
+    from emojikit.play.game import GameSettings
+    from emojikit.composition.registry import get_registry
+    from emojikit.api.components import BuildContext
 
     spec = get_registry().get("prompt_source", "generated")
     source = spec.factory(spec.config(), BuildContext(seed=0))

@@ -38,7 +38,7 @@ class Run:
     def __init__(self, cwd: Path, *args: str):
         self.log = cwd / f"run-{time.monotonic_ns()}.log"
         self.out = open(self.log, "w")
-        cmd = [sys.executable, "-m", "emojikit.cli", "run", *args]
+        cmd = [sys.executable, "-m", "emojikit.ui.cli", "run", *args]
         self.proc = subprocess.Popen(cmd, cwd=cwd, env=ENV, stdout=self.out, stderr=subprocess.STDOUT)
 
     def wait_until(self, condition, timeout: float = 120.0) -> None:

@@ -10,12 +10,12 @@ import statistics
 import pytest
 from click.testing import CliRunner
 
-from emojikit.cli import cli
-from emojikit.components import Episode, EpisodeTurn, JudgeView, Message
-from emojikit.evaluate import TeacherSender, read_targets
-from emojikit.game import GameSettings, play, sender_prompt
-from emojikit.grpo import GRPOSettings, Group, drop_failed, group_advantages, group_datums, split_groups, turn_advantages
-from emojikit.policy import Sample
+from emojikit.ui.cli import cli
+from emojikit.api.components import Episode, EpisodeTurn, JudgeView, Message
+from emojikit.evaluation.evaluate import TeacherSender, read_targets
+from emojikit.play.game import GameSettings, play, sender_prompt
+from emojikit.training.grpo import GRPOSettings, Group, drop_failed, group_advantages, group_datums, split_groups, turn_advantages
+from emojikit.api.policy import Sample
 
 from emojikit_retrieval.keywords import KeywordsJudge, keywords
 from emojikit_retrieval.probe import KeywordShareReward
@@ -88,9 +88,9 @@ def test_negative_weight_scales_only_the_advantages_below_the_group_mean():
 def test_the_runs_held_out_game_pools_held_out_targets_and_distractors_only(tmp_path):
     from pathlib import Path
 
-    from emojikit.grpo import held_out_judge
-    from emojikit.recipe import load_recipe
-    from emojikit.runs import RunDir
+    from emojikit.training.grpo import held_out_judge
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.stages.runs import RunDir
 
     root = Path(__file__).resolve().parents[1]
     recipe = load_recipe(root / "recipes/grpo.toml", ['grpo.start_from="base"', "judge.distractors=3"])
@@ -198,7 +198,7 @@ def test_eval_plays_the_teacher_and_every_target_with_the_keywords_judge(tmp_pat
 
 
 def test_bootstrap_interval_holds_the_mean_and_is_degenerate_for_constants():
-    from emojikit.sweep import bootstrap_interval, describe_runs, parse_seeds
+    from emojikit.evaluation.sweep import bootstrap_interval, describe_runs, parse_seeds
 
     constant = [[1.0] * 10, [1.0] * 10]
     assert bootstrap_interval(constant) == (1.0, 1.0)

@@ -9,10 +9,10 @@ import time
 import pytest
 import torch
 
-from emojikit.bundled import SMOLLM2
-from emojikit.components import BuildContext
-from emojikit.errors import ModelUnavailableError
-from emojikit.policy import AdamParams, Datum, Policy, SamplingParams
+from emojikit.support.bundled import SMOLLM2
+from emojikit.api.components import BuildContext
+from emojikit.api.errors import ModelUnavailableError
+from emojikit.api.policy import AdamParams, Datum, Policy, SamplingParams
 from emojikit_local.config import LocalConfig
 from emojikit_local.loading import load_model, load_model_and_tokenizer
 from emojikit_local.plugin import check_model_available
@@ -330,7 +330,7 @@ def test_bundled_logprobs_match_under_a_test_mask(smol):
 
 
 def test_bundled_logprobs_match_under_the_emoji_mask(smol):
-    from emojikit.registry import get_registry
+    from emojikit.composition.registry import get_registry
 
     component = get_registry().get("decoder", "emoji-mask")
     decoder = component.factory(component.config(), BuildContext())

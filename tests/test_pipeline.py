@@ -21,9 +21,9 @@ import pytest
 from click.testing import CliRunner
 
 from recipe_texts import GRPO_COMPONENTS
-from emojikit import pipeline
-from emojikit.cli import cli
-from emojikit.errors import ConfigError, RunDirectoryError
+from emojikit.stages import pipeline
+from emojikit.ui.cli import cli
+from emojikit.api.errors import ConfigError, RunDirectoryError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,11 +104,11 @@ def loops(tmp_path, monkeypatch) -> FakeLoops:
     (tmp_path / "sft.toml").write_text(SFT.format(steps=4), encoding="utf-8")
     (tmp_path / "grpo.toml").write_text(GRPO, encoding="utf-8")
     fakes = FakeLoops()
-    import emojikit.data
-    import emojikit.grpo
-    import emojikit.sft
+    import emojikit.training.data
+    import emojikit.training.grpo
+    import emojikit.training.sft
 
-    for module, kind in ((emojikit.data, "data"), (emojikit.sft, "sft"), (emojikit.grpo, "grpo")):
+    for module, kind in ((emojikit.training.data, "data"), (emojikit.training.sft, "sft"), (emojikit.training.grpo, "grpo")):
         monkeypatch.setattr(module, "run", fakes.runner(kind))
     return fakes
 
@@ -318,9 +318,9 @@ def test_shipped_recipes_chain_data_sft_grpo(tmp_path, monkeypatch):
 
 
 def test_the_comparison_names_base_sft_grpo_and_the_teacher(loops, tmp_path, monkeypatch):
-    from emojikit import comparison
-    from emojikit.recipe import load_recipe
-    from emojikit.runs import RunDir
+    from emojikit.evaluation import comparison
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.stages.runs import RunDir
 
     run_main_job()
     played = {}
@@ -330,11 +330,11 @@ def test_the_comparison_names_base_sft_grpo_and_the_teacher(loops, tmp_path, mon
         entry = {"masked": {"success_rate": 0.5, "similarity": 0.6, "mean_turns": 1.5, "format_violations": 0.0, "distinct_emoji": 9}, "categories": {}}
         return {"targets": len(targets), "seed": 0, "judge": "retrieval", "checkpoints": {c: entry for c in settings.checkpoints}}
 
-    monkeypatch.setattr("emojikit.evaluate.evaluate_checkpoints", fake_evaluate)
+    monkeypatch.setattr("emojikit.evaluation.evaluate.evaluate_checkpoints", fake_evaluate)
     recipe = load_recipe("grpo.toml", ["grpo.start_from=\"runs/sft/checkpoints/step_4\"", "grpo.eval_targets=3", "backend.init_from=\"runs/sft/checkpoints/step_4\""])
     with RunDir("runs/grpo", resume=True) as run_dir:
         table = comparison.write_comparison(recipe, run_dir, "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2")
-    teacher = ["teacher:lexicon"] if hasattr(__import__("emojikit.evaluate").evaluate, "TEACHER_PREFIX") else []
+    teacher = ["teacher:lexicon"] if hasattr(__import__("emojikit.evaluation.evaluate").evaluate, "TEACHER_PREFIX") else []
     assert played == {"checkpoints": ["base", "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2", *teacher], "targets": 3, "init_from": None}
     rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| ") and "0.500" in line]
     assert rows == ["| base", "| sft", "| grpo"] + (["| teacher (lexicon)"] if teacher else [])
@@ -347,8 +347,8 @@ def test_the_comparison_names_base_sft_grpo_and_the_teacher(loops, tmp_path, mon
 
 FAKE_MAIN = """
 import sys, time
-import emojikit.data, emojikit.sft, emojikit.grpo
-from emojikit.cli import main
+import emojikit.training.data, emojikit.training.sft, emojikit.training.grpo
+from emojikit.ui.cli import main
 
 class Policy:
     def load(self, path):
@@ -372,7 +372,7 @@ def loop(kind, seconds):
                     (tmp / "fake_weights.txt").write_text(str(step))
     return run
 
-emojikit.data.run, emojikit.sft.run, emojikit.grpo.run = data, loop("sft", 0.15), loop("grpo", 0.0)
+emojikit.training.data.run, emojikit.training.sft.run, emojikit.training.grpo.run = data, loop("sft", 0.15), loop("grpo", 0.0)
 sys.argv = ["emojikit", "run", *sys.argv[1:]]
 main()
 """

@@ -18,12 +18,12 @@ from click.testing import CliRunner
 
 import emojikit
 from emojikit import BuildContext, Component, ConfigModel, Episode, Message, hookimpl
-from emojikit import registry as registry_mod
-from emojikit.assembly import build_component
-from emojikit.errors import PluginError
-from emojikit.game import GameSettings, play
-from emojikit.policy import Sample
-from emojikit.registry import Registry
+from emojikit.composition import registry as registry_mod
+from emojikit.composition.assembly import build_component
+from emojikit.api.errors import PluginError
+from emojikit.play.game import GameSettings, play
+from emojikit.api.policy import Sample
+from emojikit.composition.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +79,7 @@ class ScriptedPolicy:
 def test_example_plugin_is_installed_listed_and_runs_a_data_recipe(tmp_path):
     site = install_example(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1"}
-    exe = [sys.executable, "-m", "emojikit.cli"]
+    exe = [sys.executable, "-m", "emojikit.ui.cli"]
     listed = json.loads(subprocess.run(exe + ["list-plugins", "--json"], env=env, capture_output=True, text=True, check=True).stdout)
     mine = {(c["kind"], c["name"]) for c in listed["components"] if c["distribution"] == "emojikit-example"}
     assert mine == {("teacher", "keyword"), ("judge", "echo"), ("reward", "overlap")}
@@ -116,7 +116,7 @@ def test_a_reward_with_only_the_documented_contract_plays_a_game():
     judge = build_component("judge", "echo", {}, ctx)
     reward = build_component("reward", "overlap", {}, ctx)
     assert not hasattr(reward, "success_threshold")  # the optional capability is absent
-    spelled = emojikit.emojis.names_text(["🍕", "🌙"])  # exactly what the echo judge will guess
+    spelled = emojikit.api.emojis.names_text(["🍕", "🌙"])  # exactly what the echo judge will guess
     targets = [Message(spelled), Message("the weather is nice")]
     episodes = play(ScriptedPolicy("🍕🌙"), None, judge, reward, targets, settings=GameSettings(max_turns=2))
     first, second = episodes
@@ -219,7 +219,7 @@ def scripted_backend(monkeypatch):
 
 
 def test_chat_max_emoji_prompts_and_decodes_the_same_range(scripted_backend):
-    from emojikit.cli import cli
+    from emojikit.ui.cli import cli
 
     result = CliRunner().invoke(cli, ["chat", "--backend", "scripted", "--max-emoji", "4", "--seed", "0"], input="I love pizza\n")
     assert result.exit_code == 0, result.output
@@ -231,8 +231,8 @@ def test_chat_max_emoji_prompts_and_decodes_the_same_range(scripted_backend):
 
 
 def test_play_judge_flag_then_set_applies_to_the_new_judge(scripted_backend, monkeypatch):
-    import emojikit.interactive as interactive
-    from emojikit.cli import cli
+    import emojikit.ui.interactive as interactive
+    from emojikit.ui.cli import cli
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-real")
     seen = {}

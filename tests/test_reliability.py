@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import pytest
 from click.testing import CliRunner
 
-from emojikit.cli import cli
+from emojikit.ui.cli import cli
 from recipe_texts import SFT, jsonl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,7 +110,7 @@ def damaged_resume(tmp: Path, monkeypatch) -> None:
 
 
 def plugins_env(tmp: Path, monkeypatch) -> None:
-    import emojikit.registry as registry
+    import emojikit.composition.registry as registry
 
     monkeypatch.setattr(registry, "_default", None)
     monkeypatch.setenv("EMOJIKIT_PLUGINS", "text,no-such-plugin")
@@ -365,7 +365,7 @@ def test_chat_stdin_not_utf8_from_a_pipe(tiny_model, tmp_path):
 
     env = {**os.environ, "PYTHONUTF8": "1", "LC_ALL": "C.UTF-8", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("PYTHONIOENCODING", None)
-    ran = subprocess.run([sys.executable, "-m", "emojikit.cli", *chat_args(tiny_model)], input=NOT_UTF8_STDIN,
+    ran = subprocess.run([sys.executable, "-m", "emojikit.ui.cli", *chat_args(tiny_model)], input=NOT_UTF8_STDIN,
                          capture_output=True, cwd=tmp_path, env=env, timeout=300)
     stderr = ran.stderr.decode("utf-8", "replace")
     assert ran.returncode == 2, stderr
@@ -410,7 +410,7 @@ def fill_disk_at_step_4(monkeypatch, which: str) -> None:
 
 @pytest.mark.parametrize("which", ["adapter_model.safetensors", "optimizer.pt"])
 def test_full_disk_while_saving_a_checkpoint_keeps_the_earlier_ones_and_resumes(tiny_model, tmp_path, monkeypatch, which):
-    from emojikit.preflight import check_checkpoint_files
+    from emojikit.composition.preflight import check_checkpoint_files
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.jsonl").write_text(jsonl(chat(i) for i in range(8)))

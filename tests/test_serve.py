@@ -18,16 +18,16 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from emojikit import emojis
-from emojikit.cli import cli
-from emojikit.components import Message
-from emojikit.game import GameSettings
-from emojikit.human_games import HumanGameLog, markdown, read_games, summarize
-from emojikit.policy import Sample
-from emojikit.web.app import MAX_BODY, create_app, is_loopback
-from emojikit.web.games import GameService
-from emojikit.web.models import Checkpoint, Models, checkpoint_ids
-from emojikit.web.worker import ModelWorker
+from emojikit.api import emojis
+from emojikit.ui.cli import cli
+from emojikit.api.components import Message
+from emojikit.play.game import GameSettings
+from emojikit.evaluation.human_games import HumanGameLog, markdown, read_games, summarize
+from emojikit.api.policy import Sample
+from emojikit.ui.web.app import MAX_BODY, create_app, is_loopback
+from emojikit.ui.web.games import GameService
+from emojikit.ui.web.models import Checkpoint, Models, checkpoint_ids
+from emojikit.ui.web.worker import ModelWorker
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = "Let's get pizza tonight"
@@ -210,7 +210,7 @@ def test_input_caps_and_ids_only(served):
 
 
 def test_emoji_picker_searches_names():
-    from emojikit.web.app import PALETTE, picker
+    from emojikit.ui.web.app import PALETTE, picker
 
     assert all(emojis.info(e) is not None for e in PALETTE)
     found = [item["emoji"] for item in picker("pizza")]
@@ -298,7 +298,7 @@ def test_human_figures_sit_next_to_the_model_judges(tmp_path):
 def test_eval_human_games_reports_next_to_the_model_judge(tmp_path, monkeypatch):
     """The CLI wiring: the checkpoints people played are evaluated, and the human table lands
     beside eval.json (the model game itself is stubbed: test_interactive plays it for real)."""
-    import emojikit.evaluate
+    import emojikit.evaluation.evaluate
 
     played = []
 
@@ -307,7 +307,7 @@ def test_eval_human_games_reports_next_to_the_model_judge(tmp_path, monkeypatch)
         results = {"judge": "retrieval", "checkpoints": {c: {"masked": {"success_rate": 0.5, "similarity": 0.6}} for c in recipe.settings["eval"].checkpoints}}
         (run_dir.path / "eval.json").write_text(json.dumps(results))
 
-    monkeypatch.setattr(emojikit.evaluate, "run", fake_eval)
+    monkeypatch.setattr(emojikit.evaluation.evaluate, "run", fake_eval)
     games = tmp_path / "human_games.jsonl"
     games.write_text(json.dumps({"mode": "guess", "checkpoint": "base", "turns": [{}], "success": True, "similarity": 0.9, "n_turns": 1}) + "\n" + '{"mode": "gu')
     result = CliRunner().invoke(cli, ["eval", "--recipe", str(REPO / "recipes/eval.toml"), "--human-games", str(games), "--out", str(tmp_path / "eval")])
@@ -366,7 +366,7 @@ def test_runs_api_shows_curves_and_episodes_by_name_only(served, tmp_path):
 def test_serve_binds_loopback_unless_told_and_warns(monkeypatch, tmp_path):
     import uvicorn
 
-    import emojikit.web.models as web_models
+    import emojikit.ui.web.models as web_models
 
     ran = []
     monkeypatch.setattr(uvicorn, "run", lambda app, host, port, **kw: ran.append((host, port)))
@@ -394,7 +394,7 @@ def real_service(tmp_path_factory):
     retrieval judge, the MiniLM reward (one torch thread: the machine is shared)."""
     import torch
 
-    from emojikit.web.models import build_models
+    from emojikit.ui.web.models import build_models
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

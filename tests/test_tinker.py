@@ -23,10 +23,10 @@ import tinker
 import torch
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
-from emojikit.bundled import SMOLLM2, load_tokenizer
-from emojikit.components import BuildContext, FormatCheck, JudgeView
-from emojikit.errors import ConfigError, MissingCredentialError, RemoteServiceError
-from emojikit.policy import AdamParams, Datum, SamplingParams
+from emojikit.support.bundled import SMOLLM2, load_tokenizer
+from emojikit.api.components import BuildContext, FormatCheck, JudgeView
+from emojikit.api.errors import ConfigError, MissingCredentialError, RemoteServiceError
+from emojikit.api.policy import AdamParams, Datum, SamplingParams
 from emojikit_tinker import clients
 from emojikit_tinker.config import RetrySettings, TinkerBackendConfig, TinkerJudgeConfig
 from emojikit_tinker.judge import TinkerJudge
@@ -303,13 +303,13 @@ class RejectAll(ParityDecoder):
 
 
 def test_missing_key_fails_before_anything_runs(tmp_path, monkeypatch):
-    from emojikit.registry import Registry
+    from emojikit.composition.registry import Registry
 
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     monkeypatch.chdir(tmp_path)  # no .env here
     calls = []
     monkeypatch.setattr(clients, "service_client_factory", lambda *a: calls.append(a))
-    from emojikit.assembly import choose, preflight
+    from emojikit.composition.assembly import choose, preflight
 
     registry = Registry()
     for kind, config in (("backend", TinkerBackendConfig()), ("judge", TinkerJudgeConfig())):
@@ -326,7 +326,7 @@ def test_missing_key_fails_before_anything_runs(tmp_path, monkeypatch):
 
 
 def test_cross_entropy_datums_and_pipelined_step(service):
-    from emojikit.sft import chat_datum
+    from emojikit.training.sft import chat_datum
 
     policy = make_policy(service)
     chats = [CHAT + [{"role": "assistant", "content": "🎉💼"}], [{"role": "user", "content": "rainy day"}, {"role": "assistant", "content": "🌧️☔"}]]
@@ -528,8 +528,8 @@ def test_tinker_judge_prompts_concurrency_and_cleaning(service):
 
 
 def test_sft_loop_end_to_end_records_and_resumes_tinker_checkpoints(service, tmp_path, monkeypatch):
-    from emojikit.recipe import load_recipe
-    from emojikit.runs import RunDir
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.stages.runs import RunDir
 
     monkeypatch.chdir(tmp_path)
     for name, n in (("train", 6), ("test", 2)):
@@ -568,8 +568,8 @@ def test_sft_loop_end_to_end_records_and_resumes_tinker_checkpoints(service, tmp
 
 
 def test_grpo_loop_end_to_end_through_tinker_backend_and_judge(service, tmp_path, monkeypatch):
-    from emojikit.recipe import load_recipe
-    from emojikit.runs import RunDir
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.stages.runs import RunDir
 
     monkeypatch.chdir(tmp_path)
     Path("tinker-grpo.toml").write_text(

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from emojikit.cli import cli
-from emojikit.components import Episode, EpisodeTurn
-from emojikit.grpo import episode_datums, group_advantages
-from emojikit.policy import Sample
-from emojikit.sft import batch_indices, learning_rate, SFTSettings
+from emojikit.ui.cli import cli
+from emojikit.api.components import Episode, EpisodeTurn
+from emojikit.training.grpo import episode_datums, group_advantages
+from emojikit.api.policy import Sample
+from emojikit.training.sft import batch_indices, learning_rate, SFTSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -172,9 +172,9 @@ filter_threshold = 0.5
 
 
 def test_no_row_of_the_heldout_file_trains_also_past_eval_targets(tmp_path):
-    from emojikit.recipe import load_recipe
-    from emojikit.runs import RunDir
-    from emojikit.targets import split_targets
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.stages.runs import RunDir
+    from emojikit.training.targets import split_targets
     from recipe_texts import GRPO_COMPONENTS, jsonl
 
     texts = [f"message number {i}" for i in range(10)]

@@ -2,7 +2,7 @@
 
 Retries are ours rather than the SDK's (the client is built with max_retries=0) so that one
 policy, configurable per recipe and observable in tests, covers every call: the core's
-`emojikit.retry.Backoff` (exponential backoff with jitter, honouring the server's
+`emojikit.support.retry.Backoff` (exponential backoff with jitter, honouring the server's
 retry-after) on 429, 408/409, 5xx (529 overloaded included), timeouts and connection errors.
 Anything else fails at once with one line.
 """
@@ -24,9 +24,9 @@ except ImportError:  # pragma: no cover
 # (RemoteProtocolError) or stalled past the timeout (ReadTimeout). Retried like a dropped connection.
 TRANSPORT_ERRORS = (_http.TransportError,)
 
-from emojikit import retry
-from emojikit.errors import RemoteServiceError
-from emojikit.secrets import require_key, scrub
+from emojikit.support import retry
+from emojikit.api.errors import RemoteServiceError
+from emojikit.api.secrets import require_key, scrub
 from emojikit_claude.settings import API_KEY_VAR, ClaudeClientConfig
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 
-from emojikit.components import BuildContext, JudgeView
-from emojikit.guesses import clean_guess
+from emojikit.api.components import BuildContext, JudgeView
+from emojikit.play.guesses import clean_guess
 from emojikit_claude.client import Backoff, RetriesExhausted, make_client, text_of
 from emojikit_claude.settings import ClaudeJudgeConfig
 

@@ -4,8 +4,8 @@ checks before any work starts."""
 
 from __future__ import annotations
 
-from emojikit.components import BuildContext, Component
-from emojikit.hookspecs import hookimpl
+from emojikit.api.components import BuildContext, Component
+from emojikit.api.hookspecs import hookimpl
 from emojikit_claude.settings import API_KEY_VAR, ClaudeJudgeConfig, ClaudePromptsConfig, ClaudeTeacherConfig
 
 

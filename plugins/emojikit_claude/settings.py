@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import Field, model_validator
 
-from emojikit.config import ConfigModel
+from emojikit.api.config import ConfigModel
 from emojikit_claude import prompts
 
 API_KEY_VAR = "ANTHROPIC_API_KEY"

@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator, Optional
 
-from emojikit.components import BuildContext, Message
-from emojikit.errors import ConfigError
-from emojikit.io import append_jsonl, read_jsonl
+from emojikit.api.components import BuildContext, Message
+from emojikit.api.errors import ConfigError
+from emojikit.support.io import append_jsonl, read_jsonl
 from emojikit_claude import prompts
 from emojikit_claude.client import Backoff, make_client, text_of
 from emojikit_claude.settings import ClaudePromptsConfig

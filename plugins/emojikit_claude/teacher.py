@@ -29,10 +29,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional, Sequence
 
-from emojikit import emojis
-from emojikit.components import BuildContext, Message
-from emojikit.errors import RemoteServiceError
-from emojikit.io import append_jsonl, atomic_write_text, read_jsonl
+from emojikit.api import emojis
+from emojikit.api.components import BuildContext, Message
+from emojikit.api.errors import RemoteServiceError
+from emojikit.support.io import append_jsonl, atomic_write_text, read_jsonl
 from emojikit_claude.client import APICallError, Backoff, make_client, text_of
 from emojikit_claude.settings import ClaudeTeacherConfig
 

@@ -18,8 +18,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from emojikit.errors import ConfigError
-from emojikit.io import atomic_path
+from emojikit.api.errors import ConfigError
+from emojikit.support.io import atomic_path
 
 from .automaton import ROOT, EmojiAutomaton
 from . import tokens

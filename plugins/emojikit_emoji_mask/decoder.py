@@ -6,8 +6,8 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
-from emojikit import emojis
-from emojikit.components import FormatCheck
+from emojikit.api import emojis
+from emojikit.api.components import FormatCheck
 
 from .automaton import EmojiAutomaton
 

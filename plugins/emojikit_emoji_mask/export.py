@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from emojikit.io import atomic_path
+from emojikit.support.io import atomic_path
 
 from .constraint import EmojiConstraint
 
@@ -61,7 +61,7 @@ def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 def mask_report(model: str, decoder: Any, export: Path | None = None) -> list[tuple[str, str]]:
     """(label, value) rows: vocabulary, usable tokens, automaton size, build times."""
-    from emojikit.bundled import load_tokenizer
+    from emojikit.support.bundled import load_tokenizer
 
     from .automaton import EmojiAutomaton
     from .binding import bind_graph

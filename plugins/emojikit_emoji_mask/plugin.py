@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from emojikit.components import BuildContext, Component
-from emojikit.config import ConfigModel
-from emojikit.format import DEFAULT_FORMAT
-from emojikit.hookspecs import hookimpl
+from emojikit.api.components import BuildContext, Component
+from emojikit.api.config import ConfigModel
+from emojikit.api.format import DEFAULT_FORMAT
+from emojikit.api.hookspecs import hookimpl
 
 
 class _CountLimits(ConfigModel):
@@ -41,7 +41,7 @@ class NoneConfig(_CountLimits):
 
 
 def _emoji_mask(config: EmojiMaskConfig, ctx: BuildContext):
-    from emojikit.bundled import cache_dir
+    from emojikit.support.bundled import cache_dir
 
     from .decoder import EmojiMaskDecoder
 

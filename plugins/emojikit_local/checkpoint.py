@@ -2,7 +2,7 @@
 loadable with plain `PeftModel.from_pretrained`) plus trainer state for resuming:
 trainer_state.json (step, model), optimizer.pt and rng.pt.
 
-A folder is written under a temporary name and renamed into place (emojikit.io's
+A folder is written under a temporary name and renamed into place (emojikit.support.io's
 atomic_directory), so a reader never sees half a checkpoint.
 """
 
@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from emojikit.errors import InputFileError
+from emojikit.api.errors import InputFileError
 
 ADAPTER_FILE = "adapter_model.safetensors"
 STATE_FILE = "trainer_state.json"
@@ -51,7 +51,7 @@ def as_os_error(exc: BaseException, path: Path) -> BaseException:
 def check_checkpoint(ref: str, *, resuming: bool = False) -> Path:
     """The checkpoint directory, its files checked before torch reads them (empty or truncated
     weights, invalid JSON, and on resume a corrupt optimizer or RNG state name the file)."""
-    from emojikit.preflight import check_checkpoint_files
+    from emojikit.composition.preflight import check_checkpoint_files
 
     path = Path(ref)
     if not (path / ADAPTER_FILE).exists() or not (path / "adapter_config.json").exists():

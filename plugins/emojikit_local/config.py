@@ -6,8 +6,8 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field
 
-from emojikit.bundled import SMOLLM2
-from emojikit.config import ConfigModel, ExistingPath
+from emojikit.support.bundled import SMOLLM2
+from emojikit.api.config import ConfigModel, ExistingPath
 
 
 class LocalConfig(ConfigModel):

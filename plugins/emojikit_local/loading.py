@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from emojikit import bundled
-from emojikit.errors import ConfigError, ModelUnavailableError
-from emojikit.io import atomic_directory
+from emojikit.support import bundled
+from emojikit.api.errors import ConfigError, ModelUnavailableError
+from emojikit.support.io import atomic_directory
 
 DTYPES = ("float32", "bfloat16")
 _BUNDLED_CACHE = ("models", "smollm2-135m-instruct")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from emojikit import bundled
-from emojikit.components import BuildContext, Component
-from emojikit.errors import ModelUnavailableError
-from emojikit.hookspecs import hookimpl
+from emojikit.support import bundled
+from emojikit.api.components import BuildContext, Component
+from emojikit.api.errors import ModelUnavailableError
+from emojikit.api.hookspecs import hookimpl
 from emojikit_local.config import LocalConfig
 
 

@@ -1,4 +1,4 @@
-"""LocalPolicy: emojikit.policy.Policy over a transformers causal LM with a peft LoRA adapter.
+"""LocalPolicy: emojikit.api.policy.Policy over a transformers causal LM with a peft LoRA adapter.
 
 The adapter named "default" is trained. The reference policy (for KL) is the start weights:
 the base with the adapter disabled, or, when starting from a checkpoint (`init_from`), a frozen
@@ -14,9 +14,9 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
-from emojikit.errors import ConfigError, InputFileError
-from emojikit.io import atomic_directory
-from emojikit.policy import AdamParams, ChatMessages, Datum, LossOutput, Sample, SamplingParams
+from emojikit.api.errors import ConfigError, InputFileError
+from emojikit.support.io import atomic_directory
+from emojikit.api.policy import AdamParams, ChatMessages, Datum, LossOutput, Sample, SamplingParams
 from emojikit_local import checkpoint
 from emojikit_local.config import LocalConfig
 from emojikit_local.losses import LOSSES, loss_sum

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import torch
 
-from emojikit.policy import Datum
+from emojikit.api.policy import Datum
 from emojikit_local.distribution import allowed_rows, tempered_logprobs
 
 # Below this many shared tokens the extra cache copy costs more than the prefix pass saves.

@@ -16,8 +16,8 @@ from typing import Optional
 
 from pydantic import Field
 
-from emojikit import emojis
-from emojikit.components import BuildContext
+from emojikit.api import emojis
+from emojikit.api.components import BuildContext
 from emojikit_retrieval.retrieval import RetrievalConfig, RetrievalJudge, draw_distractors
 
 _IGNORED = re.compile("[\ufe0e\ufe0f\U0001F3FB-\U0001F3FF]")

@@ -12,11 +12,11 @@ from typing import Any, Literal, Sequence
 
 from pydantic import Field, field_validator
 
-from emojikit import emojis
-from emojikit.bundled import SMOLLM2
-from emojikit.components import BuildContext, JudgeView
-from emojikit.config import ConfigModel
-from emojikit.guesses import clean_guess
+from emojikit.api import emojis
+from emojikit.support.bundled import SMOLLM2
+from emojikit.api.components import BuildContext, JudgeView
+from emojikit.api.config import ConfigModel
+from emojikit.play.guesses import clean_guess
 
 DEFAULT_SYSTEM = "You turn emoji into the short everyday message they stand for."
 DEFAULT_PROMPT = "{emoji}\n{earlier}Write the message as one short sentence in plain English."
@@ -113,7 +113,7 @@ def load(model: str):
         return load_model_and_tokenizer(model)
     from transformers import AutoModelForCausalLM
 
-    from emojikit.bundled import load_tokenizer, resolve_model
+    from emojikit.support.bundled import load_tokenizer, resolve_model
 
     path, kwargs = resolve_model(model)
     lm = AutoModelForCausalLM.from_pretrained(path, **kwargs)

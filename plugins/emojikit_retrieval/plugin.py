@@ -5,8 +5,8 @@ Only configs and pure-Python helpers are imported here; MiniLM and transformers 
 the factories.
 """
 
-from emojikit.components import Component
-from emojikit.hookspecs import hookimpl
+from emojikit.api.components import Component
+from emojikit.api.hookspecs import hookimpl
 
 from emojikit_retrieval import keywords, local_lm, probe, retrieval, reward
 

@@ -12,9 +12,9 @@ from typing import Sequence
 
 from pydantic import Field
 
-from emojikit import emojis
-from emojikit.components import BuildContext, Episode
-from emojikit.config import ConfigModel
+from emojikit.api import emojis
+from emojikit.api.components import BuildContext, Episode
+from emojikit.api.config import ConfigModel
 from emojikit_retrieval.keywords import keywords
 
 

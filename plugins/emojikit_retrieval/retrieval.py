@@ -19,12 +19,12 @@ from typing import Optional, Sequence
 import numpy as np
 from pydantic import Field
 
-from emojikit import emojis
-from emojikit.assembly import build_component, context
-from emojikit.components import BuildContext, JudgeView
-from emojikit.config import ConfigModel, ExistingPath
-from emojikit.errors import ConfigError, InputFileError, PluginError
-from emojikit.io import read_jsonl
+from emojikit.api import emojis
+from emojikit.composition.assembly import build_component, context
+from emojikit.api.components import BuildContext, JudgeView
+from emojikit.api.config import ConfigModel, ExistingPath
+from emojikit.api.errors import ConfigError, InputFileError, PluginError
+from emojikit.support.io import read_jsonl
 
 DISTRACTOR_SOURCE = "generated"  # the offline prompt source of plugins/emojikit_text
 DISTRACTOR_SEED_OFFSET = 1_000_003  # distractors must not be the run's own targets
@@ -93,7 +93,7 @@ def draw_distractors(cfg: RetrievalConfig, ctx: BuildContext) -> list[str]:
 
 class RetrievalJudge:
     def __init__(self, candidates: Sequence[str] = (), later_turn_weight: float = 1.5, minilm=None, belief_temperature: float = 0.05):
-        from emojikit.embedding import get_minilm
+        from emojikit.play.embedding import get_minilm
 
         self.minilm = minilm or get_minilm()
         self.later_turn_weight = later_turn_weight

@@ -24,9 +24,9 @@ from typing import Sequence
 
 from pydantic import Field
 
-from emojikit import emojis
-from emojikit.components import BuildContext, Episode
-from emojikit.config import ConfigModel
+from emojikit.api import emojis
+from emojikit.api.components import BuildContext, Episode
+from emojikit.api.config import ConfigModel
 
 
 class SimilarityConfig(ConfigModel):
@@ -68,7 +68,7 @@ class SimilarityReward:
     @property
     def minilm(self):
         if self._minilm is None:
-            from emojikit.embedding import get_minilm
+            from emojikit.play.embedding import get_minilm
 
             self._minilm = get_minilm()
         return self._minilm

@@ -8,8 +8,8 @@ from typing import Iterator, Optional
 
 from pydantic import Field, field_validator
 
-from emojikit.components import BuildContext, Message
-from emojikit.config import ConfigModel
+from emojikit.api.components import BuildContext, Message
+from emojikit.api.config import ConfigModel
 from emojikit_text.grammar import CATEGORIES, generate
 
 # A category that yields only duplicates this many times in a row is used up.

@@ -6,10 +6,10 @@ from typing import Iterator, Optional
 
 from pydantic import Field
 
-from emojikit.components import BuildContext, Message
-from emojikit.config import ConfigModel, ExistingFile
-from emojikit.errors import InputFileError
-from emojikit.io import read_jsonl_numbered
+from emojikit.api.components import BuildContext, Message
+from emojikit.api.config import ConfigModel, ExistingFile
+from emojikit.api.errors import InputFileError
+from emojikit.support.io import read_jsonl_numbered
 
 
 class JsonlConfig(ConfigModel):

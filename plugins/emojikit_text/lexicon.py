@@ -24,10 +24,10 @@ from typing import Literal, Optional, Sequence
 import numpy as np
 from pydantic import Field, model_validator
 
-from emojikit import emojis
-from emojikit.components import BuildContext, Message
-from emojikit.config import ConfigModel
-from emojikit.io import atomic_path
+from emojikit.api import emojis
+from emojikit.api.components import BuildContext, Message
+from emojikit.api.config import ConfigModel
+from emojikit.support.io import atomic_path
 
 STOPWORDS = frozenset(
     """
@@ -133,7 +133,7 @@ def _pick_families(seqs: Sequence[str]) -> list[str]:
 
 
 def load_inventory(encode) -> Inventory:
-    from emojikit.bundled import cache_dir
+    from emojikit.support.bundled import cache_dir
 
     seqs = [
         s
@@ -180,7 +180,7 @@ def load_inventory(encode) -> Inventory:
 
 class LexiconTeacher:
     def __init__(self, config: LexiconConfig, embedder=None):
-        from emojikit.embedding import get_minilm
+        from emojikit.play.embedding import get_minilm
 
         self.config = config
         self.embedder = embedder or get_minilm()

@@ -1,7 +1,7 @@
 """Registers the text components. Module imports here stay light (no torch, no MiniLM)."""
 
-from emojikit.components import Component
-from emojikit.hookspecs import hookimpl
+from emojikit.api.components import Component
+from emojikit.api.hookspecs import hookimpl
 from emojikit_text import generated, jsonl_source
 
 

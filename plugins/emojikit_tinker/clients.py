@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from emojikit.secrets import require_key
+from emojikit.api.secrets import require_key
 
 from emojikit_tinker.config import API_KEY_VAR
 

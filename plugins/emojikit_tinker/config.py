@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import Field, field_validator
 
-from emojikit.config import ConfigModel
+from emojikit.api.config import ConfigModel
 
 API_KEY_VAR = "TINKER_API_KEY"
 

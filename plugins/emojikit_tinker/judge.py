@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from emojikit.components import JudgeView
-from emojikit.guesses import clean_guess
+from emojikit.api.components import JudgeView
+from emojikit.play.guesses import clean_guess
 
 from emojikit_tinker import chat
 from emojikit_tinker.clients import make_service_client
@@ -25,7 +25,7 @@ def judge_tokenizer(sampler: Any, model: str) -> Any:
             return get()
         except Exception:  # noqa: BLE001 - e.g. offline without the SDK's cache: try ours
             pass
-    from emojikit.bundled import load_tokenizer
+    from emojikit.support.bundled import load_tokenizer
 
     return load_tokenizer(model)  # local_files_only when offline; a one-line error if missing
 

@@ -5,8 +5,8 @@ declare TINKER_API_KEY (`needs_key`): the core checks it before the run starts a
 value out of error messages.
 """
 
-from emojikit.components import Component
-from emojikit.hookspecs import hookimpl
+from emojikit.api.components import Component
+from emojikit.api.hookspecs import hookimpl
 
 from emojikit_tinker.config import API_KEY_VAR, TinkerBackendConfig, TinkerJudgeConfig
 

@@ -22,8 +22,8 @@ import re
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from emojikit.errors import ConfigError, RemoteServiceError
-from emojikit.policy import AdamParams, ChatMessages, Datum, LossName, LossOutput, Sample, SamplingParams
+from emojikit.api.errors import ConfigError, RemoteServiceError
+from emojikit.api.policy import AdamParams, ChatMessages, Datum, LossName, LossOutput, Sample, SamplingParams
 
 from emojikit_tinker import chat
 from emojikit_tinker.clients import make_service_client
@@ -274,7 +274,7 @@ class TinkerPolicy:
 
     def sample_totals(self) -> dict[str, float]:
         """Samples drawn and accepted by the decoder's check over every sample() call
-        (emojikit.policy.SampleTotals: GRPO logs each step's acceptance_rate)."""
+        (emojikit.api.policy.SampleTotals: GRPO logs each step's acceptance_rate)."""
         return dict(self._totals)
 
     def _to_sample(self, prompt_tokens: list[int], sequence: Any) -> Sample:

@@ -1,4 +1,4 @@
-"""Retries (the core's `emojikit.retry.Backoff`) and a bounded window of requests in flight.
+"""Retries (the core's `emojikit.support.retry.Backoff`) and a bounded window of requests in flight.
 
 Only idempotent requests go through here (sampling, scoring, saving, creating clients):
 a training request that failed half-way must not be sent twice, so forward_backward and
@@ -13,9 +13,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from emojikit import retry
-from emojikit.errors import RemoteServiceError
-from emojikit.secrets import scrub
+from emojikit.support import retry
+from emojikit.api.errors import RemoteServiceError
+from emojikit.api.secrets import scrub
 
 from emojikit_tinker.config import RetrySettings
 

@@ -1,0 +1,2 @@
+"""Evaluation: held-out games for several senders, comparisons, game figures, seed sweeps and
+people's games."""

@@ -1,0 +1,2 @@
+"""Runs and stages: run directories, checkpoints and resume, recipe chains and fingerprints,
+interruption."""

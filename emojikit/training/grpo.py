@@ -1,0 +1,498 @@
+"""GRPO on the retrieval game: one loop against Policy, readable top to bottom.
+
+A step is named phases, each a small function below:
+  play (a Group of group_size episodes per target) -> drop failed groups -> advantages
+  (group-relative, per episode or per turn) -> datums (only the sender's tokens carry an
+  advantage) -> KL to the start policy, folded into the advantages -> train (ppo_epochs
+  passes of `minibatches` optimizer steps over the batch) -> evaluate -> save.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from emojikit.api.components import Episode, Message, add_candidates
+from emojikit.api.config import ConfigModel
+from emojikit.evaluation.metrics import summarize  # noqa: F401 - the game figures every loop reports
+from emojikit.api.policy import acceptance_between, sample_totals
+from emojikit.training.targets import split_targets  # noqa: F401 - (held-out, training) targets of a run
+
+EPISODES_FILE = "episodes.jsonl"
+METRICS_FILE = "metrics.jsonl"
+EVAL_FILE = "eval.jsonl"
+
+
+class GRPOSettings(ConfigModel):
+    steps: int = Field(20, ge=1)
+    batch_size: int = Field(8, ge=1, description="Targets per step.")
+    group_size: int = Field(4, ge=2, description="Episodes per target; advantages are relative within a group.")
+    max_turns: Optional[int] = Field(None, ge=1, description="Overrides [game] max_turns for training and evaluation.")
+    learning_rate: float = Field(1e-4, gt=0)
+    temperature: float = Field(1.0, gt=0, description="Sender temperature while training (the trainer scores with the same).")
+    kl_coef: float = Field(0.0, ge=0, description="Penalty per token on log(pi/pi_start), folded into the advantages.")
+    loss: Literal["ppo", "importance_sampling"] = "ppo"
+    clip: float = Field(0.2, gt=0, description="PPO clip range.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each step's episodes; after the first, the PPO clip bounds the update.")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per pass: the step's groups split into this many parts.")
+    credit: Literal["episode", "turn"] = Field(
+        "episode",
+        description='"episode": every turn carries the episode\'s advantage; "turn": turn k carries the reward from its own '
+        "similarity gain onward, baselined against the group's episodes that reached turn k.",
+    )
+    normalize_std: bool = Field(True, description="Divide advantages by the group's reward std.")
+    negative_weight: float = Field(
+        1.0, ge=0, le=1, description="Scale of negative advantages. 0 trains only on episodes better than their group's mean: "
+        "their tokens are pushed up and none are pushed down (a failed answer shares most of its emoji with winning ones)."
+    )
+    emoji_credit: float = Field(
+        0.0, ge=0, description="Weight of each emoji's own credit (emojikit/training/credit.py: the judge's log-belief in the target with "
+        "the turn minus without that emoji) added to its tokens' advantage; needs a judge with beliefs (the retrieval judges)."
+    )
+    emoji_credit_baseline: Literal["group", "none"] = Field(
+        "group", description='"group": an emoji\'s credit less the mean credit of the emoji its group sent; "none": the raw credit.'
+    )
+    teacher_episodes: int = Field(
+        0, ge=0, description="Episodes per group that open with the [teacher]'s answer instead of a sample (off-policy guidance; "
+        "the sender plays later turns). The judge's reward decides whether the answer is pushed up or down."
+    )
+    start_from: str = Field(
+        "auto",
+        description='A recipe whose run gives the start checkpoint (e.g. recipes/sft.toml; emojikit run runs it first when missing or stale), '
+        '"auto" (the sft_run checkpoint if present, else base), "base", or a checkpoint path.',
+    )
+    sft_run: Path = Field(Path("runs/sft"), description="Run directory whose latest checkpoint start_from=auto uses.")
+    heldout_file: Optional[Path] = Field(
+        None, description="Held-out targets (JSONL with a text field, or one per line): none of its rows trains, the first eval_targets are played; default: the first eval_targets of the prompt source."
+    )
+    target_max_words: Optional[int] = Field(
+        None, ge=1, description="Train only on targets of at most this many words (the data recipe's held-out RL targets have at most 12)."
+    )
+    eval_targets: int = Field(32, ge=0, description="Held-out targets played before, after and every eval_every steps (never trained on).")
+    eval_every: int = Field(0, ge=0, description="Held-out game every N steps (0: only before and after).")
+    eval_temperature: float = Field(0.3, gt=0)
+    save_every: int = Field(0, ge=0, description="Checkpoint every N steps (0: only at the end).")
+    log_groups: int = Field(2, ge=0, description="Groups per step written whole to episodes.jsonl.")
+    target_pool: int = Field(2000, ge=1, description="Training targets drawn from the prompt source.")
+    max_failed_steps: int = Field(
+        3, ge=1, description="Stop (with a checkpoint) after this many steps in a row in which the judge failed on every group."
+    )
+    compare: bool = Field(
+        False, description="At the end, play the held-out targets with base, the start checkpoint, the final one and the teacher side by side (comparison.md/.json/.png)."
+    )
+
+    @model_validator(mode="after")
+    def _guided_fewer_than_group(self):
+        if self.teacher_episodes >= self.group_size:
+            raise ValueError(f"teacher_episodes ({self.teacher_episodes}) must be less than group_size ({self.group_size}): a group needs the sender's own episodes")
+        return self
+
+    @field_validator("start_from")
+    @classmethod
+    def _start_exists(cls, value: str) -> str:
+        if value.endswith(".toml"):
+            if not Path(value).is_file():
+                raise ValueError(f"{value}: recipe file not found")
+        elif value not in ("auto", "base") and "://" not in value and not Path(value).is_dir():
+            raise ValueError(f'{value} is not a checkpoint directory (or use "auto" or "base")')
+        return value
+
+
+@dataclass
+class Group:
+    """group_size episodes of one target: the unit GRPO compares within."""
+
+    target: Message
+    episodes: list[Episode]
+
+    @property
+    def failed(self) -> bool:
+        return any(ep.failed for ep in self.episodes)
+
+    @property
+    def rewards(self) -> list[float]:
+        return [ep.reward["total"] for ep in self.episodes]
+
+
+# --- the phases of a step ----------------------------------------------------------------
+
+
+def play_groups(policy, decoder, judge, reward, targets: list[Message], game, sampling, group_size: int, guided=None, teacher_episodes: int = 0) -> list[Group]:
+    """group_size episodes per target; with a `guidance.GuidedSender`, the last
+    teacher_episodes of each group open with the teacher's answer."""
+    from emojikit.play.game import play
+
+    own = group_size - teacher_episodes if guided is not None else group_size
+    episodes = play(policy, decoder, judge, reward, targets, settings=game, sampling=sampling, group_size=own)
+    groups = [Group(t, episodes[i * own : (i + 1) * own]) for i, t in enumerate(targets)]
+    if guided is not None and teacher_episodes:
+        guided_episodes = play(guided, decoder, judge, reward, targets, settings=game, sampling=sampling, group_size=teacher_episodes)
+        for i, group in enumerate(groups):
+            group.episodes += guided_episodes[i * teacher_episodes : (i + 1) * teacher_episodes]
+    return groups
+
+
+def drop_failed(groups: list[Group]) -> list[Group]:
+    """A group with an episode the judge could not answer is dropped whole: its advantages
+    would be relative to rewards that were never measured."""
+    return [group for group in groups if not group.failed]
+
+
+def group_advantages(rewards_G: list[float], normalize_std: bool) -> list[float]:
+    """Mean-centred rewards of one group, optionally divided by their std."""
+    mean = sum(rewards_G) / len(rewards_G)
+    centred = [r - mean for r in rewards_G]
+    if normalize_std:
+        std = statistics.pstdev(rewards_G)
+        centred = [c / (std + 1e-6) for c in centred]
+    return centred
+
+
+def turn_advantages(group: Group, normalize_std: bool, credit: str) -> list[list[float]]:
+    """One advantage per turn of every episode of the group.
+
+    "episode": every turn gets the episode's group-relative advantage. "turn": turn k's
+    return is the episode's total minus the similarity already reached before it (what
+    turn k and later turns added), baselined by the mean return at turn k over the group's
+    episodes that played turn k (fewer than two: the episode's own advantage).
+    """
+    rewards_G = group.rewards
+    episode_adv_G = group_advantages(rewards_G, normalize_std=False)
+    scale = statistics.pstdev(rewards_G) + 1e-6 if normalize_std else 1.0
+    if credit == "episode":
+        return [[a / scale] * len(ep.turns) for ep, a in zip(group.episodes, episode_adv_G)]
+    returns = [[total - (ep.turns[k - 1].similarity if k else 0.0) for k in range(len(ep.turns))] for ep, total in zip(group.episodes, rewards_G)]
+    out = []
+    for ep_returns, a in zip(returns, episode_adv_G):
+        row = []
+        for k, ret in enumerate(ep_returns):
+            peers = [r[k] for r in returns if len(r) > k]
+            row.append((ret - statistics.fmean(peers) if len(peers) >= 2 else a) / scale)
+        out.append(row)
+    return out
+
+
+def episode_datums(episode: Episode, advantage, budget: int, token_bonus: Optional[list[list[float]]] = None) -> list:
+    """One datum per turn: the turn's prompt plus the sender's tokens, which carry the
+    advantage (one float for every turn, or one per turn), plus each token's bonus (per
+    turn, one float per sampled token) when given."""
+    from emojikit.api.policy import Datum
+
+    per_turn = advantage if isinstance(advantage, list) else [advantage] * len(episode.turns)
+    datums = []
+    for k, (turn, a) in enumerate(zip(episode.turns, per_turn)):
+        if turn.sample is None:
+            continue
+        datum = Datum.from_sample(turn.sample, advantage=a, decoded=True, decode_budget=budget)
+        first = len(turn.sample.prompt_tokens) - 1  # where the sampled tokens start among the targets
+        for j, bonus in enumerate(token_bonus[k] if token_bonus else []):
+            datum.advantages[first + j] += bonus
+        datums.append(datum)
+    return datums
+
+
+def group_datums(groups: list[Group], g: GRPOSettings, budget: int, credit=None) -> tuple[list[list], int]:
+    """(datums per group that teaches, groups skipped): a group whose rewards are all equal
+    and whose emoji earned no credit teaches nothing. `credit` (an `EmojiCredit`, when
+    g.emoji_credit > 0) adds each emoji's own credit to its tokens."""
+    per_group, skipped = [], 0
+    for group in groups:
+        bonus = credit.token_bonus(group.episodes, g.emoji_credit, g.emoji_credit_baseline) if credit is not None else None
+        flat = max(group.rewards) - min(group.rewards) < 1e-9
+        if flat and not (bonus and any(b for ep in bonus for turn in ep for b in turn)):
+            skipped += 1
+            continue
+        advantages = [[a if a >= 0 else a * g.negative_weight for a in row] for row in turn_advantages(group, g.normalize_std, g.credit)]
+        per_group.append([d for i, (ep, adv) in enumerate(zip(group.episodes, advantages)) for d in episode_datums(ep, adv, budget, bonus[i] if bonus else None)])
+    return per_group, skipped
+
+
+def fold_kl(policy, datums: list, *, temperature: float, decoder, kl_coef: float) -> float:
+    """Mean per-token log(pi/pi_start) of the sampled tokens; kl_coef times it is subtracted
+    from each token's advantage. The sampler's logprobs stand for pi (same weights)."""
+    ref_logprobs = policy.compute_logprobs(datums, temperature=temperature, decoder=decoder, reference=True, weighted_only=True)
+    kl_sum = kl_n = 0.0
+    for d, ref in zip(datums, ref_logprobs):
+        for t, w in enumerate(d.weights):
+            if w:
+                kl = d.logprobs[t] - ref[t]
+                kl_sum, kl_n = kl_sum + kl, kl_n + 1
+                d.advantages[t] -= kl_coef * kl
+    return kl_sum / max(kl_n, 1)
+
+
+def split_groups(per_group: list[list], parts: int) -> list[list]:
+    """The step's datums in `parts` minibatches of whole groups (a group's advantages sum to
+    zero, so a minibatch of whole groups keeps its baseline)."""
+    parts = max(1, min(parts, len(per_group)))
+    return [[d for group in per_group[i::parts] for d in group] for i in range(parts)]
+
+
+def train(policy, per_group: list[list], g: GRPOSettings, *, decoder) -> dict:
+    """ppo_epochs passes, each `minibatches` forward_backward + optim_step calls. The first
+    call of the first pass sees the sampler's own weights (ratio 1: the replay check)."""
+    from emojikit.api.policy import AdamParams
+
+    row: dict = {}
+    losses = []
+    for epoch in range(g.ppo_epochs):
+        for part, datums in enumerate(split_groups(per_group, g.minibatches)):
+            out = policy.forward_backward(datums, g.loss, temperature=g.temperature, decoder=decoder, clip=g.clip)
+            optim = policy.optim_step(AdamParams(learning_rate=g.learning_rate))
+            losses.append(out.loss)
+            if epoch == 0 and part == 0:
+                row.update({"trained_tokens": out.n_tokens, **out.metrics, **{f"optim/{k}": v for k, v in optim.items()}})
+            else:
+                row["last_clip_fraction"] = out.metrics.get("clip_fraction", 0.0)
+                row["last_ratio_max_deviation"] = out.metrics.get("ratio_max_deviation", 0.0)
+    row["loss"] = statistics.fmean(losses)
+    row["optimizer_steps"] = len(losses)
+    return row
+
+
+# --- evaluation and the start ---------------------------------------------------------------
+
+
+def resolve_start(settings: GRPOSettings) -> Optional[str]:
+    if settings.start_from == "base":
+        return None
+    if settings.start_from.endswith(".toml"):  # emojikit.stages.pipeline replaces it with that run's checkpoint
+        from emojikit.api.errors import ConfigError
+
+        raise ConfigError(f"[grpo] start_from: {settings.start_from} is a recipe; emojikit run resolves it to that run's checkpoint")
+    if settings.start_from != "auto":
+        return settings.start_from
+    from emojikit.stages.runs import latest_checkpoint
+
+    latest = latest_checkpoint(settings.sft_run)
+    return str(latest[1]) if latest else None
+
+
+def held_out_judge(recipe, run_dir, judge, heldout: list[Message]):
+    """The judge of the run's own held-out game. A candidate-pool judge gets a second instance
+    whose pool is the held-out targets and the distractors, as in the comparison and `emojikit
+    sweep`: with the training targets in the pool, a sender that learned them draws the judge to
+    them on held-out targets (the in-run curve fell where the comparison did not; README)."""
+    from emojikit.api.components import CandidatePool
+
+    if not isinstance(judge, CandidatePool):
+        return judge
+    held_judge = recipe.build("judge", run_dir.path)
+    add_candidates(held_judge, [m.text for m in heldout])
+    return held_judge
+
+
+def evaluate_game(policy, decoder, judge, reward, targets, game_settings, temperature: float, seed: int) -> dict:
+    from emojikit.play.game import play
+    from emojikit.api.policy import SamplingParams
+
+    sampling = SamplingParams(max_tokens=game_settings.max_new_tokens, temperature=temperature, seed=seed)
+    episodes = play(policy, decoder, judge, reward, targets, settings=game_settings, sampling=sampling, group_size=1)
+    return {"targets": len(targets), **summarize(episodes), "failed_episodes": sum(ep.failed for ep in episodes)}
+
+
+# --- the loop ---------------------------------------------------------------------------------
+
+
+def run(recipe, run_dir) -> None:
+    from tqdm import tqdm
+
+    from emojikit.api.errors import RemoteServiceError
+    from emojikit.play.game import episode_to_json
+    from emojikit.stages.interrupt import Interrupted, graceful_stop
+    from emojikit.support.io import atomic_write_text
+    from emojikit.api.policy import SamplingParams
+    from emojikit.training.sft import batch_indices
+
+    g: GRPOSettings = recipe.settings["grpo"]
+    game = recipe.settings["game"]
+    if g.max_turns is not None:
+        game = game.model_copy(update={"max_turns": g.max_turns})
+
+    heldout, train_targets = split_targets(recipe, g, run_dir)
+    start_ref = resolve_start(g)
+    backend = recipe.components["backend"]
+    if start_ref is not None and "init_from" in type(backend.config).model_fields:
+        backend = type(backend)(backend.table, backend.spec, backend.config.model_copy(update={"init_from": start_ref}))
+    recipe.components["backend"] = backend
+    judge = recipe.build("judge", run_dir.path)
+    reward = recipe.build("reward", run_dir.path)
+    require_beliefs(recipe, g, judge, reward)  # before the policy loads: a one-line error, fast
+    policy = recipe.build("backend", run_dir.path)
+    decoder = recipe.build("decoder", run_dir.path)
+    add_candidates(judge, [m.text for m in heldout + train_targets])
+    heldout_judge = held_out_judge(recipe, run_dir, judge, heldout)
+    guided = guided_sender(recipe, g, policy, game, run_dir)
+    credit = emoji_credit(g, judge, policy)
+    print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets, {len(heldout)} held out")
+    atomic_write_text(run_dir.file("start.json"), json.dumps({"start": start_ref or "base"}) + "\n")  # what sweep compares against
+
+    start = run_dir.resume_policy(policy, (METRICS_FILE, EPISODES_FILE, EVAL_FILE))
+
+    evals = {row["step"]: row for row in run_dir.read(EVAL_FILE)}
+
+    def evaluate(step: int) -> dict:
+        if step not in evals:
+            evals[step] = {"step": step, **evaluate_game(policy, decoder, heldout_judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
+            run_dir.log(EVAL_FILE, evals[step])
+        return evals[step]
+
+    # The comparison at the end plays the start and the final checkpoint (with base and the
+    # teacher); without it, the held-out game before and after is the run's own table.
+    before_after = bool(heldout) and not g.compare
+    if before_after:
+        evaluate(0)
+
+    stop_hint = recipe.resume_hint()  # repeats the --set values, so it works as printed
+    failed_steps = 0  # consecutive steps in which every group was dropped
+    with graceful_stop() as stop:
+        bar = tqdm(range(start, g.steps), initial=start, total=g.steps, desc="grpo", unit="step")
+        for step in bar:
+            t0 = time.time()
+            done = step + 1
+            targets = [train_targets[i] for i in batch_indices(len(train_targets), g.batch_size, step, recipe.seed)]
+            sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=g.temperature, seed=recipe.seed * 100_003 + step)
+            totals = sample_totals(policy)  # a policy that redraws invalid samples (SampleTotals)
+            fallbacks_before = guided.fallbacks if guided else 0
+            groups = play_groups(policy, decoder, judge, reward, targets, game, sampling, g.group_size, guided, g.teacher_episodes)
+            t_play = time.time() - t0
+            kept = drop_failed(groups)
+            failed_steps = 0 if kept else failed_steps + 1
+            per_group, skipped = group_datums(kept, g, game.max_new_tokens, credit)
+
+            row = {"step": done, "dropped_groups": len(groups) - len(kept), "skipped_groups": skipped}
+            row.update(step_statistics(groups, kept, t_play))
+            row.update(acceptance_between(totals, sample_totals(policy)))  # {} for a policy that masks
+            if guided:
+                row.update(guided_statistics(kept, g.teacher_episodes, guided.fallbacks - fallbacks_before))
+            datums = [d for group in per_group for d in group]
+            if datums:
+                row["kl"] = fold_kl(policy, datums, temperature=g.temperature, decoder=decoder, kl_coef=g.kl_coef)
+                row.update(train(policy, per_group, g, decoder=decoder))
+            row["datums"] = len(datums)
+            row["step_seconds"] = time.time() - t0
+
+            for i, group in enumerate(groups[: g.log_groups]):
+                for ep in group.episodes:
+                    run_dir.log(EPISODES_FILE, {"step": done, "group": i, **episode_to_json(ep)})
+            if heldout and g.eval_every and done % g.eval_every == 0 and done != g.steps:
+                held = evaluate(done)
+                row["eval_success_rate"], row["eval_similarity"] = held["success_rate"], held["similarity"]
+            run_dir.log(METRICS_FILE, row)
+            if "reward_mean" in row:
+                bar.set_postfix(reward=f"{row['reward_mean']:.3f}", success=f"{row['success_rate']:.2f}", kl=f"{row.get('kl', 0.0):.3f}")
+            give_up = failed_steps >= g.max_failed_steps
+            if (g.save_every and done % g.save_every == 0) or done == g.steps or stop or give_up:
+                if before_after and done == g.steps:
+                    evaluate(done)
+                with run_dir.new_checkpoint(done) as tmp:
+                    policy.save(str(tmp))
+            if stop:
+                bar.close()
+                raise Interrupted(f"stopped by {stop.signal_name} after step {done} (checkpoint saved); {stop_hint}")
+            if give_up:
+                bar.close()
+                raise RemoteServiceError(
+                    f"the judge failed on every group for {failed_steps} steps in a row (steps {done - failed_steps + 1}-{done}); "
+                    f"stopped after step {done} (checkpoint saved); once the service is back, {stop_hint}"
+                )
+        bar.close()
+
+    if before_after and 0 in evals and g.steps in evals:
+        table = before_after_table(evals[0], evals[g.steps])
+        atomic_write_text(run_dir.file("before_after.md"), table)
+        print(table)
+    print(f"final adapter: {run_dir.checkpoint_path(g.steps)}")
+    if g.compare:
+        from emojikit.evaluation.comparison import write_comparison
+
+        write_comparison(recipe, run_dir, start_ref, str(run_dir.checkpoint_path(g.steps)))
+
+
+def require_beliefs(recipe, g: GRPOSettings, judge, reward) -> None:
+    """The emoji credit, and a reward that says it reads the judge's belief (`uses_target_belief`),
+    need a `TargetBelief` judge: without one they would silently count nothing."""
+    from emojikit.api.components import TargetBelief
+    from emojikit.api.errors import ConfigError
+
+    if isinstance(judge, TargetBelief):
+        return
+    name = recipe.components["judge"].spec.name
+    if g.emoji_credit:
+        raise ConfigError(f"{recipe.path}: [grpo] emoji_credit: the judge `{name}` reports no belief in the target "
+                          "(TargetBelief); use a retrieval judge or set emoji_credit = 0")
+    if getattr(reward, "uses_target_belief", False):
+        raise ConfigError(f"{recipe.path}: [reward] {recipe.components['reward'].spec.name}: it reads the judge's belief in the target, "
+                          f"and the judge `{name}` reports none (TargetBelief); use a retrieval judge or set listener_weight = 0")
+
+
+def emoji_credit(g: GRPOSettings, judge, policy):
+    """The per-emoji credit of g.emoji_credit > 0 (require_beliefs checked the judge), or None."""
+    from emojikit.training.credit import EmojiCredit
+
+    return EmojiCredit(judge, policy.tokenizer) if g.emoji_credit else None
+
+
+def guided_sender(recipe, g: GRPOSettings, policy, game, run_dir):
+    """The GuidedSender of a recipe with teacher_episodes, else None."""
+    if not g.teacher_episodes:
+        return None
+    from emojikit.evaluation.evaluate import TeacherSender
+    from emojikit.training.guidance import GuidedSender
+
+    return GuidedSender(policy, TeacherSender(recipe.build("teacher", run_dir.path), game))
+
+
+def guided_statistics(kept: list[Group], teacher_episodes: int, fallbacks: int) -> dict:
+    """Success of the sender's own episodes and of the teacher-opened ones, and how many
+    teacher answers the mask could not produce (played by the sender instead)."""
+    own = [ep for group in kept for ep in group.episodes[: len(group.episodes) - teacher_episodes]]
+    opened = [ep for group in kept for ep in group.episodes[len(group.episodes) - teacher_episodes :]]
+    row: dict = {"teacher_fallbacks": fallbacks}
+    if own and opened:
+        row["own_success_rate"] = statistics.fmean(ep.success for ep in own)
+        row["guided_success_rate"] = statistics.fmean(ep.success for ep in opened)
+    return row
+
+
+def step_statistics(groups: list[Group], kept: list[Group], play_seconds: float) -> dict:
+    """Reward, success and sampling figures of one step's episodes."""
+    row: dict = {}
+    rewards = [r for group in kept for r in group.rewards]
+    if rewards:
+        episodes = [ep for group in kept for ep in group.episodes]
+        row.update(reward_mean=statistics.fmean(rewards), reward_std=statistics.pstdev(rewards), **summarize(episodes))
+    else:
+        row["failed_step"] = True
+    sampled = [t.sample for group in groups for ep in group.episodes for t in ep.turns if t.sample is not None]
+    n_sampled = sum(len(s.tokens) for s in sampled)
+    row["entropy_estimate"] = -sum(lp for s in sampled for lp in s.logprobs) / max(n_sampled, 1)  # mean sampled-token NLL
+    row["sampled_tokens_per_s"] = n_sampled / max(play_seconds, 1e-9)
+    row["play_seconds"] = play_seconds
+    return row
+
+
+def before_after_table(before: dict, after: dict) -> str:
+    lines = [f"Held-out game, {before['targets']} targets (same targets, judge and seed):", "", "| | success rate | mean similarity | mean turns | format violations |", "|---|---|---|---|---|"]
+    for label, row in (("before", before), ("after", after)):
+        lines.append(f"| {label} | {row['success_rate']:.3f} | {row['similarity']:.3f} | {row['mean_turns']:.2f} | {row['format_violations']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def preflight(recipe) -> None:
+    """What run() would reject, before a run directory is made: a token budget too small for
+    the decoder's shortest answer (every answer would be empty)."""
+    from emojikit.api.errors import ConfigError
+    from emojikit.composition.preflight import token_budget_problem
+
+    problem = token_budget_problem(recipe, recipe.settings["game"].max_new_tokens, "[game] max_new_tokens")
+    if problem:
+        raise ConfigError(f"{recipe.path}: {problem}")
+    if recipe.settings["grpo"].teacher_episodes and "teacher" not in recipe.components:
+        raise ConfigError(f"{recipe.path}: [grpo] teacher_episodes: needs a [teacher] table (the teacher whose answers open those episodes)")

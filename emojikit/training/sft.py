@@ -1,0 +1,223 @@
+"""Supervised fine-tuning: one loop against Policy, readable top to bottom.
+
+Loss falls on the assistant's tokens only. Data order is a pure function of (seed, step),
+so a resumed run sees exactly the batches it would have seen.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator
+
+from emojikit.api.config import ConfigModel
+from emojikit.api.errors import InputFileError
+from emojikit.support.io import read_jsonl_numbered
+
+MAKE_DATA = "emojikit run recipes/data.toml"
+
+
+class SFTSettings(ConfigModel):
+    data: Optional[Path] = Field(
+        None, description="The data recipe that makes train_file and test_file (e.g. recipes/data.toml): emojikit run runs it first when its run is missing or stale; a plain train_file/test_file still wins."
+    )
+    train_file: Path = Field(Path("runs/data/sft_train.jsonl"), description="Chat-format JSONL made by a data recipe.")
+    test_file: Path = Field(Path("runs/data/sft_test.jsonl"), description="Held-out chat-format JSONL (eval NLL, final report).")
+    max_train_examples: Optional[int] = Field(None, ge=1, description="Use only the first N training examples.")
+    batch_size: int = Field(16, ge=1)
+    learning_rate: float = Field(5e-4, gt=0)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    epochs: int = Field(1, ge=1, description="Passes over the training set (ignored when steps is set).")
+    steps: Optional[int] = Field(None, ge=1, description="Optimizer steps; overrides epochs.")
+    eval_every: int = Field(50, ge=0, description="Test-set NLL every N steps (0: never).")
+    eval_examples: int = Field(64, ge=1)
+    sample_every: int = Field(50, ge=0, description="Sample the fixed prompts every N steps (0: never).")
+    sample_prompts: int = Field(4, ge=1)
+    save_every: int = Field(100, ge=0, description="Checkpoint every N steps (0: only at the end).")
+    max_new_tokens: int = Field(24, ge=1, description="Token budget of the fixed-prompt samples and the final report (leave room for the longest training answer).")
+    report_examples: int = Field(100, ge=0, description="Held-out prompts in the final format report (0: skip).")
+    report_temperature: float = Field(0.7, ge=0)
+    max_invalid_answers: float = Field(0.05, ge=0, le=1, description="Largest share of training answers that may break the emoji format (the decoder's, else 2-8 emoji) before the run is refused; a smaller share is a warning.")
+
+    @field_validator("train_file", "test_file")
+    @classmethod
+    def _exists(cls, path: Path) -> Path:
+        if not path.exists():
+            raise ValueError(f"file not found: {path} (make it with: {MAKE_DATA})")
+        load_chats(path)  # a bad line fails here, naming file:line, before a run directory is made
+        return path
+
+    @field_validator("data")
+    @classmethod
+    def _recipe_exists(cls, path: Optional[Path]) -> Optional[Path]:
+        if path is not None and (path.suffix != ".toml" or not path.is_file()):
+            raise ValueError(f"{path} is not a recipe file (a data recipe such as recipes/data.toml)")
+        return path
+
+def chat_problem(messages) -> Optional[str]:
+    """Why `messages` is not a chat SFT can train on (None when it is): an optional system
+    message, then user and assistant alternating, ending with a non-empty assistant answer;
+    every content a string."""
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages) or messages[-1]["role"] != "assistant":
+        return 'expected {"messages": [...]} ending with an assistant message'
+    for i, m in enumerate(messages):
+        if not isinstance(m["content"], str):
+            return f"message {i + 1} ({m['role']}): content must be a string, got {json.dumps(m['content'])[:40]}"
+    roles = [m["role"] for m in messages]
+    body = roles[1:] if roles[0] == "system" else roles
+    expected = ["user", "assistant"] * (len(body) // 2 + 1)
+    if not body or body != expected[: len(body)]:
+        return f"roles {', '.join(roles)}: expected an optional system message, then user and assistant alternating"
+    if not messages[-1]["content"].strip():
+        return "empty assistant answer"
+    return None
+
+
+def load_chats(path: Path, limit: Optional[int] = None) -> list[list[dict]]:
+    """Chat examples ({"messages": [...]} ending with the assistant's answer)."""
+    chats = []
+    for number, row in read_jsonl_numbered(path):
+        messages = row.get("messages")
+        problem = chat_problem(messages)
+        if problem is not None:
+            raise InputFileError(f"{path}:{number}: {problem}")
+        chats.append(messages)
+        if limit and len(chats) >= limit:
+            break
+    if not chats:
+        raise InputFileError(f"{path}: no examples")
+    return chats
+
+
+def preflight(recipe) -> None:
+    """What run() would reject, checked before a run directory is made: training answers
+    outside the recipe's emoji format (over [sft] max_invalid_answers fails, fewer warn) and a
+    token budget too small for the decoder's shortest answer."""
+    from emojikit.api.emojis import is_emoji_only
+    from emojikit.api.errors import ConfigError
+    from emojikit.composition.preflight import token_budget_problem, warn
+
+    s: SFTSettings = recipe.settings["sft"]
+    config = recipe.components["decoder"].config if recipe.has("decoder") else None
+    lo, hi = getattr(config, "min_emoji", 2), getattr(config, "max_emoji", 8)
+    rows = list(read_jsonl_numbered(s.train_file))[: s.max_train_examples]
+    bad = [n for n, row in rows if not is_emoji_only(row["messages"][-1]["content"], lo, hi)]
+    if bad:
+        share = len(bad) / len(rows)
+        text = (
+            f"[sft] train_file: {len(bad)} of {len(rows)} answers ({share:.1%}) are not {lo}-{hi} emoji only "
+            f"(first at {s.train_file}:{bad[0]})"
+        )
+        if share > s.max_invalid_answers:
+            raise ConfigError(f"{recipe.path}: {text}, over [sft] max_invalid_answers = {s.max_invalid_answers}; fix the data or raise max_invalid_answers")
+        warn(f"{recipe.path}: {text}; they are trained on as they are")
+    problem = token_budget_problem(recipe, s.max_new_tokens, "[sft] max_new_tokens")
+    if problem:
+        raise ConfigError(f"{recipe.path}: {problem}")
+
+
+def chat_datum(policy, messages: list[dict]):
+    """A Datum with loss on the assistant's answer (and its end-of-turn token) only."""
+    from emojikit.api.policy import Datum
+
+    prompt = policy.encode_prompt(messages[:-1])
+    answer = policy.encode_completion(messages[-1]["content"])
+    tokens = prompt + answer
+    weights = [0.0] * (len(prompt) - 1) + [1.0] * len(answer)
+    return Datum(model_input=tokens[:-1], target_tokens=tokens[1:], weights=weights)
+
+
+def learning_rate(settings: SFTSettings, step: int, total: int) -> float:
+    base = settings.learning_rate
+    if step < settings.warmup_steps:
+        return base * (step + 1) / settings.warmup_steps
+    progress = (step - settings.warmup_steps) / max(1, total - settings.warmup_steps)
+    if settings.lr_schedule == "linear":
+        return base * max(0.0, 1.0 - progress)
+    if settings.lr_schedule == "cosine":
+        return base * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return base
+
+
+def batch_indices(n_examples: int, batch_size: int, step: int, seed: int) -> list[int]:
+    """Indices of the batch at `step`: epochs are seeded permutations laid end to end."""
+    start = step * batch_size
+    out = []
+    while len(out) < batch_size:
+        epoch, offset = divmod(start + len(out), n_examples)
+        order = list(range(n_examples))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        out.extend(order[offset : offset + batch_size - len(out)])
+    return out
+
+
+def test_nll(policy, datums) -> float:
+    logprobs = policy.compute_logprobs(datums)
+    total = sum(-lp * w for d, lps in zip(datums, logprobs) for lp, w in zip(lps, d.weights))
+    count = sum(sum(d.weights) for d in datums)
+    return total / max(count, 1e-9)
+
+
+def run(recipe, run_dir) -> None:
+    from tqdm import tqdm
+
+    from emojikit.evaluation.evaluate import format_report, write_report
+    from emojikit.stages.interrupt import Interrupted, graceful_stop
+    from emojikit.api.policy import AdamParams, SamplingParams
+
+    s: SFTSettings = recipe.settings["sft"]
+    train = load_chats(s.train_file, s.max_train_examples)
+    test = load_chats(s.test_file)
+    steps = s.steps or s.epochs * math.ceil(len(train) / s.batch_size)
+
+    policy = recipe.build("backend", run_dir.path)
+    decoder = recipe.build("decoder", run_dir.path) if recipe.has("decoder") else None
+
+    start = run_dir.resume_policy(policy, ("metrics.jsonl", "samples.jsonl"))
+
+    test_datums = [chat_datum(policy, chat) for chat in test[: s.eval_examples]]
+    sample_chats = [chat[:-1] for chat in test[: s.sample_prompts]]
+    sample_params = SamplingParams(max_tokens=s.max_new_tokens, temperature=s.report_temperature, seed=recipe.seed)
+
+    stop_hint = recipe.resume_hint()  # repeats the --set values, so it works as printed
+    with graceful_stop() as stop:
+        bar = tqdm(range(start, steps), initial=start, total=steps, desc="sft", unit="step")
+        for step in bar:
+            t0 = time.time()
+            batch = [train[i] for i in batch_indices(len(train), s.batch_size, step, recipe.seed)]
+            datums = [chat_datum(policy, chat) for chat in batch]
+            lr = learning_rate(s, step, steps)
+            out = policy.forward_backward(datums, "cross_entropy")
+            optim = policy.optim_step(AdamParams(learning_rate=lr))
+            done = step + 1
+            row = {"step": done, "loss": out.loss, "lr": lr, "tokens": out.n_tokens, **{f"optim/{k}": v for k, v in optim.items()}}
+            if s.eval_every and (done % s.eval_every == 0 or done == steps):
+                row["test_nll"] = test_nll(policy, test_datums)
+            if s.sample_every and (done % s.sample_every == 0 or done == steps):
+                samples = policy.sample(sample_chats, 1, sample_params, None)
+                for chat, (sample,) in zip(sample_chats, samples):
+                    run_dir.log("samples.jsonl", {"step": done, "prompt": chat[-1]["content"], "answer": sample.text})
+                    tqdm.write(f"[step {done}] {chat[-1]['content'][:60]!r} -> {sample.text}")
+            row["seconds"] = time.time() - t0
+            run_dir.log("metrics.jsonl", row)
+            bar.set_postfix(loss=f"{out.loss:.3f}", lr=f"{lr:.1e}")
+            if (s.save_every and done % s.save_every == 0) or done == steps or stop:
+                with run_dir.new_checkpoint(done) as tmp:
+                    policy.save(str(tmp))
+            if stop:
+                bar.close()
+                raise Interrupted(f"stopped by {stop.signal_name} after step {done} (checkpoint saved); {stop_hint}")
+        bar.close()
+
+    final = run_dir.checkpoint_path(steps)
+    if s.report_examples:
+        prompts = [chat[:-1] for chat in test[: s.report_examples]]
+        report = format_report(policy, decoder, prompts, temperature=s.report_temperature, max_tokens=s.max_new_tokens, seed=recipe.seed)
+        write_report(report, run_dir.path, "eval_sft", title=f"SFT format report: {final}")
+    print(f"final adapter: {final}")

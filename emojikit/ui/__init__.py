@@ -1,0 +1,1 @@
+"""The command line, the interactive commands (play, chat, inspect) and the web game."""

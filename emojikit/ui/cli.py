@@ -1,0 +1,414 @@
+"""The `emojikit` command line. An EmojikitError prints as one line and exits with status 2."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import click
+from pydantic import BaseModel
+
+from emojikit.api.errors import EmojikitError
+from emojikit.composition.registry import KINDS, get_registry
+from emojikit.api.secrets import scrub
+
+KIND_ALIASES = {k.replace("_", "-"): k for k in KINDS}
+MAX_TEMPERATURE = 5.0  # beyond this, sampling is noise
+SEED_MAX = 2**32 - 1
+
+
+def fail(message: str) -> None:
+    """Print `emojikit: error: <one line>` and exit with status 2."""
+    message = " ".join(scrub(str(message)).split("\n"))
+    click.echo(f"emojikit: error: {message}", err=True)
+    sys.exit(2)
+
+
+def friendly_errors(fn):
+    """Turn a user-fixable error into `emojikit: error: <one line>` and exit status 2.
+
+    Operating-system failures a user can fix (full disk, read-only location, a directory where
+    a file should be) count as such even where no code named them: path and problem, one line."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from emojikit.support.io import os_problem
+
+        try:
+            return fn(*args, **kwargs)
+        except EmojikitError as exc:
+            fail(str(exc))
+        except OSError as exc:
+            if os_problem(exc) is None:
+                raise
+            fail(f"{exc.filename or ''}: {os_problem(exc)}".lstrip(": "))
+
+    return wrapper
+
+
+class OneLineErrors(click.Group):
+    """Bad command-line values (a range, a missing argument) are one line too, exit status 2."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.Exit as exc:  # --help, --version
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            fail(exc.format_message())
+
+
+def _kind(value: str) -> str:
+    from emojikit.api.errors import ConfigError
+
+    kind = KIND_ALIASES.get(value, value)
+    if kind not in KINDS:  # one line like every other bad input, not click's usage block
+        raise ConfigError(f"{value!r} is not a component kind; kinds: {', '.join(KIND_ALIASES)}")
+    return kind
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="emojikit")
+def cli():
+    """Teach language models to communicate in emoji."""
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
+@click.option("--resume", is_flag=True, help="Continue RECIPE's run directory (its out) from its last checkpoint, whatever its stage.json says; an interrupted stage of an unchanged recipe resumes without it.")
+@click.option("--no-upstream", is_flag=True, help="Run only RECIPE; the recipes it names ([sft] data, [grpo] start_from) must have finished runs.")
+@click.option("--dry-run", is_flag=True, help="Print the plan (stage, reuse/resume/run/skip, why) and exit.")
+@friendly_errors
+def run(recipe: Path, overrides: tuple[str, ...], resume: bool, no_upstream: bool, dry_run: bool):
+    """Validate RECIPE and the recipes it names, then run what is missing (data, sft, grpo or eval).
+
+    Each stage runs in its own run directory; a finished run of the same recipe and inputs is
+    reused, an interrupted one resumed, a changed recipe runs into a new directory."""
+    from emojikit.stages import pipeline
+
+    stages = pipeline.plan(recipe, list(overrides), resume=resume, no_upstream=no_upstream)
+    if dry_run:
+        for line in pipeline.describe(stages):
+            click.echo(line)
+        return
+    pipeline.execute(stages, echo=click.echo)
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
+@friendly_errors
+def validate(recipe: Path, overrides: tuple[str, ...]):
+    """Check RECIPE (every component config and input file) without running it."""
+    from emojikit.composition.recipe import check_ready, load_recipe
+
+    loaded = load_recipe(recipe, list(overrides))
+    check_ready(loaded)
+    parts = ", ".join(f"{t}={c.spec.name}" for t, c in loaded.components.items())
+    click.echo(f"{recipe}: ok ({loaded.kind}: {parts}; run directory {loaded.out})")
+
+
+@cli.command("list-plugins")
+@click.option("--kind", "kind", default=None, help="Only this component kind.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: components and load failures.")
+@friendly_errors
+def list_plugins(kind: str | None, as_json: bool):
+    """List installed components: kind, name, plugin, distribution and version, summary."""
+    registry = get_registry()
+    components = registry.components(_kind(kind) if kind else None)
+    conflicts = [c for c in registry.conflicts if kind is None or c.kind == _kind(kind)]
+    if as_json:
+        out = {
+            "kinds": list(KINDS),
+            "components": [
+                {"kind": c.kind, "name": c.name, "plugin": c.plugin, "distribution": c.distribution, "version": c.version, "summary": c.summary, "needs_key": c.needs_key}
+                for c in components
+            ],
+            "conflicts": [
+                {"kind": c.kind, "name": c.name, "providers": [{"plugin": p.plugin, "distribution": p.distribution, "version": p.version} for p in c.providers]}
+                for c in conflicts
+            ],
+            "failures": [f.__dict__ for f in registry.failures],
+        }
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    for c in components:
+        origin = f"{c.plugin} ({c.distribution} {c.version})".strip()
+        click.echo(f"{c.kind:<14} {c.name:<14} {origin:<34} {c.summary}")
+    for c in conflicts:
+        providers = ", ".join(f"{p.plugin} ({p.distribution} {p.version})".strip() for p in c.providers)
+        click.echo(f"CONFLICT       {c.kind}/{c.name:<12} {providers}: unusable until one is blocked (EMOJIKIT_BLOCK_PLUGINS)")
+    for f in registry.failures:
+        click.echo(f"FAILED         {f.plugin:<14} {f.distribution:<34} {f.error}")
+
+
+@cli.command()
+@click.argument("kind")
+@click.argument("name")
+@friendly_errors
+def describe(kind: str, name: str):
+    """Show every config field of a component: type, default and help."""
+    from emojikit.api.config import describe_type
+
+    spec = get_registry().get(_kind(kind), name)
+    click.echo(f"{spec.kind} {spec.name}: {spec.summary}")
+    click.echo(f"  from plugin {spec.plugin} ({spec.distribution} {spec.version})")
+    model: type[BaseModel] = spec.config
+    if not model.model_fields:
+        click.echo("  (no settings)")
+    for field_name, field in model.model_fields.items():
+        default = "required" if field.is_required() else json.dumps(field.get_default(call_default_factory=True), default=str, ensure_ascii=False)
+        click.echo(f"  {field_name}: {describe_type(field.annotation, field.metadata)} = {default}")
+        if field.description:
+            click.echo(f"      {field.description}")
+
+
+@cli.command("eval-sft")
+@click.option("--checkpoint", default="base", show_default=True, help='A checkpoint directory, or "base" for the start model.')
+@click.option("--recipe", "recipe_path", default="recipes/sft.toml", show_default=True, type=click.Path(path_type=Path), help="SFT recipe giving the backend, decoder and test file.")
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
+@click.option("-n", "--examples", type=click.IntRange(min=1), default=100, show_default=True, help="Held-out prompts to sample.")
+@click.option("--temperature", type=click.FloatRange(min=0.0, max=MAX_TEMPERATURE), default=0.7, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: the checkpoint's run directory, or runs/eval-sft-base).")
+@friendly_errors
+def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, temperature: float, out: Path | None):
+    """Format compliance of sampled answers on held-out prompts, with and without the emoji mask."""
+    from emojikit.api.errors import ConfigError, InputFileError
+    from emojikit.evaluation.evaluate import format_report, write_report
+    from emojikit.stages.pipeline import upstream_overrides
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.training.sft import load_chats
+
+    recipe = load_recipe(recipe_path, list(overrides))
+    if recipe.kind == "sft":  # [sft] data = "recipes/data.toml": that data run's sft_test.jsonl, wherever it ran
+        recipe = load_recipe(recipe_path, list(overrides) + upstream_overrides(recipe_path, list(overrides)))
+    if recipe.kind != "sft":
+        raise ConfigError(f"{recipe_path}: eval-sft needs an sft recipe (its [sft] test_file and max_new_tokens), got kind = {recipe.kind!r}; pass --recipe recipes/sft.toml")
+    if checkpoint != "base" and not Path(checkpoint).is_dir():
+        raise InputFileError(f"--checkpoint {checkpoint}: not a checkpoint directory")
+    if checkpoint != "base":
+        from emojikit.composition.preflight import check_checkpoint_files
+
+        check_checkpoint_files(checkpoint)  # a damaged file is named before any model loads
+    if out is not None:
+        from emojikit.support.io import check_writable
+
+        check_writable(out, "the report directory (--out)")
+    settings = recipe.settings["sft"]
+    prompts = [chat[:-1] for chat in load_chats(settings.test_file, examples)]
+    out = out or (Path(checkpoint).parent.parent if checkpoint != "base" else Path("runs/eval-sft-base"))
+    policy = recipe.build("backend", out)
+    if checkpoint != "base":
+        policy.load(checkpoint, with_optimizer=False)
+    decoder = recipe.build("decoder", out) if recipe.has("decoder") else None
+    report = format_report(policy, decoder, prompts, temperature=temperature, max_tokens=settings.max_new_tokens)
+    report["checkpoint"] = checkpoint
+    stem = "eval_sft" if checkpoint == "base" else f"eval_sft_{Path(checkpoint).name}"
+    json_path, md_path = write_report(report, out, stem, title=f"SFT format report: {checkpoint}")
+    click.echo(md_path.read_text())
+    click.echo(f"wrote {json_path} and {md_path}")
+
+
+@cli.command("eval")
+@click.option("--recipe", "recipe_path", default="recipes/eval.toml", show_default=True, type=click.Path(path_type=Path))
+@click.option("--checkpoint", "checkpoints", multiple=True, help='Checkpoint directory, "base", or teacher:NAME (repeatable; compared side by side).')
+@click.option("--targets", type=click.Path(path_type=Path), default=None, help="Targets: JSONL with text (and category), CSV/TSV with a text column, or one message per line; every target is played unless -n.")
+@click.option("-n", "n_targets", type=click.IntRange(min=1), default=None, help="Play only the first N targets.")
+@click.option("--judge", default=None, help="Judge component to use instead of the recipe's.")
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: the recipe's out).")
+@click.option("--human-games", type=click.Path(path_type=Path), default=None, help="A human_games.jsonl from `emojikit serve`: people's success and similarity per checkpoint next to the model judge's (default checkpoints: those people played).")
+@friendly_errors
+def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judge, overrides, out, human_games):
+    """The held-out retrieval game for several checkpoints: same targets, judge and seed."""
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.stages.runs import RunDir
+
+    people = None
+    if human_games is not None:
+        from emojikit.evaluation.human_games import checkpoints_played, read_games
+
+        people = read_games(human_games)  # a bad file fails before any model loads
+        checkpoints = checkpoints or tuple(c for c in checkpoints_played(people) if c == "base" or Path(c).is_dir())
+    # Flags are settings, never TOML text: --judge replaces the whole table before the --set
+    # values (so `--judge claude --set judge.timeout_s=2` sets the new judge's timeout), the
+    # other flags win over --set (recipe.resolve_data).
+    chosen = {"checkpoints": list(checkpoints), "targets_file": str(targets) if targets else None, "n_targets": n_targets}
+    settings: dict = {"eval": {key: value for key, value in chosen.items() if value}} if any(chosen.values()) else {}
+    if out:
+        settings["out"] = str(out)
+    recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judge}, settings=settings)
+    from emojikit.composition.recipe import check_ready
+
+    check_ready(recipe)  # targets and token budget, before the report directory is touched
+    existing = recipe.out.is_dir() and any(p.name != ".lock" for p in recipe.out.iterdir())
+    # Reports are replaced atomically, so re-evaluating into the same directory is safe.
+    with RunDir(recipe.out, resume=existing, recipe_toml=recipe.to_toml(), check_recipe=False) as run_dir:
+        recipe.runner()(recipe, run_dir)
+    if people is not None:
+        from emojikit.evaluation.human_games import write_report
+
+        path, text = write_report(people, recipe.out)
+        click.echo(text)
+        click.echo(f"wrote {path}")
+
+
+@cli.command()
+@click.argument("recipe", type=click.Path(path_type=Path))
+@click.option("--seeds", default="0,1,2", show_default=True, help="Comma-separated seeds; each is one run of RECIPE.")
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value for every seed (repeatable).")
+@click.option("--judge", "judges", multiple=True, help="Judge(s) for the held-out comparison (repeatable; default: retrieval and keywords).")
+@click.option("--teacher", default="lexicon", show_default=True, help='Teacher played as a reference sender ("" for none).')
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Sweep directory (default: the recipe's out + -sweep).")
+@friendly_errors
+def sweep(recipe: Path, seeds: str, overrides, judges, teacher: str, out):
+    """Run a GRPO RECIPE once per seed, then compare start and final checkpoints over seeds:
+    mean, std between seeds and bootstrap 95 % intervals per judge, and held-out curves."""
+    from emojikit.evaluation.sweep import parse_seeds, sweep as run_sweep
+
+    run_sweep(recipe, parse_seeds(seeds), list(overrides), list(judges) or ["retrieval", "keywords"], teacher or None, out)
+
+
+@cli.command()
+@click.option("--model", default="bundled:smollm2-135m-instruct", show_default=True, help="Model whose tokenizer the mask binds to (bundled:, a local path, or a cached hub id).")
+@click.option("--export", "export", type=click.Path(path_type=Path), default=None, help="Write every reachable state's allowed tokens to this .npz file.")
+@click.option("--decoder", "decoder_name", default="emoji-mask", show_default=True, help="A decoder that reports its binding (BindingReport).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="A decoder setting, e.g. --set separator=' ' (repeatable).")
+@friendly_errors
+def mask(model: str, export: Path | None, decoder_name: str, overrides: tuple[str, ...]):
+    """Bind the emoji-mask decoder to MODEL's tokenizer and print its size and build times."""
+    from emojikit.composition.assembly import build_component
+    from emojikit.api.components import BindingReport
+    from emojikit.api.errors import ConfigError
+    from emojikit.composition.recipe import parse_override
+
+    if export is not None:
+        from emojikit.support.io import check_writable
+
+        check_writable(export.parent, "the --export location")  # before the binding work
+    settings = {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        if len(keys) != 1:
+            raise ConfigError(f"--set {text}: expected KEY=VALUE, a setting of the decoder")
+        settings[keys[0]] = value
+    decoder = build_component("decoder", decoder_name, settings)
+    if not isinstance(decoder, BindingReport):
+        raise ConfigError(f"decoder {decoder_name!r} does not report a binding (it has no binding_report)")
+    for label, value in decoder.binding_report(model, export):
+        click.echo(f"{label:<34} {value}")
+
+
+@cli.command()
+@click.option("--recipe", "recipe_path", default=None, type=click.Path(path_type=Path), help="A grpo or eval recipe giving the components and [game] (default: recipes/grpo.toml if present, else each component's defaults).")
+@click.option("--message", default=None, help="The message to convey (default: a random one from the prompt source).")
+@click.option("--checkpoint", default=None, help="A sender checkpoint (adapter directory) to load.")
+@click.option("--backend", default=None, help="Backend instead of the recipe's (default config).")
+@click.option("--decoder", default=None, help="Decoder instead of the recipe's.")
+@click.option("--judge", default=None, help="Judge instead of the recipe's, e.g. retrieval or local-lm.")
+@click.option("--reward", default=None, help="Reward instead of the recipe's.")
+@click.option("--max-turns", type=click.IntRange(1, 16), default=None)
+@click.option("--temperature", type=click.FloatRange(min=0.0, max=MAX_TEMPERATURE), default=0.7, show_default=True)
+@click.option("--seed", type=click.IntRange(0, SEED_MAX), default=None, help="Seed for the message choice and sampling (default: random).")
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
+@click.option("--human", is_flag=True, help="You are the guesser: type a guess per line (stdin) after each emoji turn; a score at the end.")
+@friendly_errors
+def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_turns, temperature, seed, overrides, human):
+    """Watch the sender and the judge play one message, turn by turn (or guess yourself with --human)."""
+    from emojikit.ui.interactive import watch
+
+    if recipe_path is None and Path("recipes/grpo.toml").exists():
+        recipe_path = Path("recipes/grpo.toml")
+    if message is not None and not message.strip():
+        raise click.BadParameter("empty message; pass some text, or leave --message out for a random one", param_hint="'--message'")
+    choices = {"backend": backend, "decoder": decoder, "judge": judge, "reward": reward}
+    if human:
+        from emojikit.ui.interactive import run_human_play
+
+        if judge:
+            raise click.UsageError("--judge has no effect with --human: you are the judge")
+        choices.pop("judge")
+        run_human_play(recipe_path, message=message, checkpoint=checkpoint, choices=choices, overrides=overrides, max_turns=max_turns, temperature=temperature, seed=seed, stream=sys.stdin, echo=click.echo)
+        return
+    watch(recipe_path, message=message, checkpoint=checkpoint, choices=choices, overrides=overrides, max_turns=max_turns, temperature=temperature, seed=seed, echo=click.echo)
+
+
+@cli.command()
+@click.option("--checkpoint", default="base", show_default=True, help='A sender checkpoint directory, or "base" for the start model.')
+@click.option("--recipe", "recipe_path", default=None, type=click.Path(path_type=Path), help="Recipe whose [backend] and [decoder] to use (default: recipes/grpo.toml if present, else each component's defaults).")
+@click.option("--backend", default=None, help="Backend instead of the recipe's (default config).")
+@click.option("--decoder", default=None, help="Decoder instead of the recipe's, e.g. none to see the unmasked model.")
+@click.option("--max-emoji", type=click.IntRange(1, 32), default=None, help="Most emoji per answer (the decoder's max_emoji).")
+@click.option("--temperature", type=click.FloatRange(min=0.0, max=MAX_TEMPERATURE), default=0.7, show_default=True)
+@click.option("--seed", type=click.IntRange(0, SEED_MAX), default=None, help="Sampling seed (default: random).")
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
+@friendly_errors
+def chat(checkpoint, recipe_path, backend, decoder, max_emoji, temperature, seed, overrides):
+    """Chat with the sender: it answers every line of stdin with emoji (a pipe works too)."""
+    from emojikit.ui.interactive import run_chat
+
+    run_chat(recipe_path, checkpoint=checkpoint, backend=backend, decoder=decoder, overrides=overrides, max_emoji=max_emoji, temperature=temperature, seed=seed, stream=sys.stdin, echo=click.echo)
+
+
+@cli.command()
+@click.option("--checkpoint", "checkpoints", multiple=True, help='A sender checkpoint directory or "base" (repeatable); the page offers each by a short id, never by path.')
+@click.option("--recipe", "recipe_path", default=None, type=click.Path(path_type=Path), help="A grpo or eval recipe giving the components, [game] and held-out targets (default: recipes/grpo.toml).")
+@click.option("--judge", "judges", multiple=True, help="Judge(s) the page offers for Send and Watch (default: the recipe's).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; anything but loopback prints a warning.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--dir", "serve_dir", type=click.Path(path_type=Path), default=Path("runs/serve"), show_default=True, help="Where human_games.jsonl is appended.")
+@click.option("--runs", "runs_root", type=click.Path(path_type=Path), default=Path("runs"), show_default=True, help="Run directories the Runs mode shows.")
+@click.option("--temperature", default=0.7, show_default=True, help="Sender temperature.")
+@friendly_errors
+def serve(checkpoints, recipe_path, judges, host, port, serve_dir, runs_root, temperature):
+    """The game in a web page: guess a model's emoji, send your own, watch, browse runs."""
+    from emojikit.ui.web.app import serve as run_server
+
+    run_server(
+        recipe_path=recipe_path, checkpoints=list(checkpoints) or ["base"], judges=list(judges), serve_dir=serve_dir,
+        runs_root=runs_root, host=host, port=port, temperature=temperature, echo=click.echo, warn=lambda m: click.echo(m, err=True),
+    )
+
+
+@cli.command("inspect")
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.option("--step", type=int, default=None, help="Only episodes of this training step.")
+@click.option("--target", default=None, help="Only episodes whose target contains this text (case-insensitive).")
+@click.option("--worst", type=click.IntRange(1), default=None, help="The N lowest-reward episodes, worst first.")
+@click.option("--best", type=click.IntRange(1), default=None, help="The N highest-reward episodes, best first.")
+@friendly_errors
+def inspect_episodes(run_dir, step, target, worst, best):
+    """Browse a run's episodes (episodes.jsonl): target, emoji, guesses, similarities, reward."""
+    from emojikit.ui.inspect_run import inspect_lines
+
+    for line in inspect_lines(run_dir, step=step, target=target, worst=worst, best=best):
+        click.echo(line)
+
+
+@cli.command()
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: RUN/report).")
+@click.option("--examples", type=click.IntRange(min=0), default=3, show_default=True, help="Best and worst episodes of the last step to show.")
+@friendly_errors
+def report(run_dir, out, examples):
+    """PNG plots of reward, similarity, success rate, KL and turns over steps, and report.md."""
+    from emojikit.ui.inspect_run import write_report
+
+    path, plots = write_report(run_dir, out, examples)
+    click.echo(f"wrote {path}" + (f" and {len(plots)} plots ({', '.join(p.name for p in plots)})" if plots else " (no training metrics to plot)"))
+
+
+def main() -> None:
+    cli(prog_name="emojikit")
+
+
+if __name__ == "__main__":
+    main()

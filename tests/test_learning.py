@@ -55,10 +55,10 @@ def test_turn_credit_charges_a_turn_only_with_what_came_after_the_similarity_it_
     assert per_turn[2][1] > 0 > per_turn[3][1]
 
 
-def test_turn_credit_falls_back_to_the_episode_advantage_when_one_episode_reached_a_turn():
+def test_turn_credit_keeps_a_lone_turns_own_improvement_when_one_episode_reached_a_turn():
     group = Group(Message("t"), [episode(1.9, [1.0]), episode(0.4, [0.3, 0.5])])
     per_turn = turn_advantages(group, normalize_std=False, credit="turn")
-    assert per_turn[1] == pytest.approx([0.4 - 1.15, 0.4 - 1.15])
+    assert per_turn[1] == pytest.approx([0.4 - 1.15, 0.4 - 0.3])  # turn 2: no peer, baseline 0
 
 
 def test_drop_failed_drops_whole_groups_and_equal_rewards_teach_nothing():

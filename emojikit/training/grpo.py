@@ -58,6 +58,15 @@ class GRPOSettings(ConfigModel):
     emoji_credit_baseline: Literal["group", "none"] = Field(
         "group", description='"group": an emoji\'s credit less the mean credit of the emoji its group sent; "none": the raw credit.'
     )
+    loss_normalization: Literal["token", "sequence", "constant"] = Field(
+        "token", description='How the policy loss is averaged over the step\'s sampled tokens: "token" (every token of the batch '
+        'equally, so an episode with two turns weighs twice), "sequence" (each episode\'s tokens averaged, then the mean over '
+        'episodes: no turn-count bias), "constant" (the sum over tokens divided by episodes x max_turns x max_new_tokens, Dr. GRPO).'
+    )
+    kl_center: bool = Field(
+        False, description="Centre the KL penalty as tinker-cookbook does: each token's advantage gets kl_coef x (the batch's mean "
+        "log(pi/pi_start) - its own), so the penalty moves tokens relative to each other and pushes the batch neither up nor down."
+    )
     teacher_episodes: int = Field(
         0, ge=0, description="Episodes per group that open with the [teacher]'s answer instead of a sample (off-policy guidance; "
         "the sender plays later turns). The judge's reward decides whether the answer is pushed up or down."
@@ -160,7 +169,10 @@ def turn_advantages(group: Group, normalize_std: bool, credit: str) -> list[list
     "episode": every turn gets the episode's group-relative advantage. "turn": turn k's
     return is the episode's total minus the similarity already reached before it (what
     turn k and later turns added), baselined by the mean return at turn k over the group's
-    episodes that played turn k (fewer than two: the episode's own advantage).
+    episodes that played turn k. With fewer than two of them there is no peer to compare
+    with, and the baseline is 0, a turn that changes nothing: a lone rescue in a group of
+    first-turn wins keeps its own improvement (the episode's advantage, negative there,
+    would punish the repair).
     """
     rewards_G = group.rewards
     episode_adv_G = group_advantages(rewards_G, normalize_std=False)
@@ -173,7 +185,7 @@ def turn_advantages(group: Group, normalize_std: bool, credit: str) -> list[list
         row = []
         for k, ret in enumerate(ep_returns):
             peers = [r[k] for r in returns if len(r) > k]
-            row.append((ret - statistics.fmean(peers) if len(peers) >= 2 else a) / scale)
+            row.append((ret - statistics.fmean(peers) if len(peers) >= 2 else ret) / scale)
         out.append(row)
     return out
 
@@ -197,11 +209,13 @@ def episode_datums(episode: Episode, advantage, budget: int, token_bonus: Option
     return datums
 
 
-def group_datums(groups: list[Group], g: GRPOSettings, budget: int, credit=None) -> tuple[list[list], int]:
+def group_datums(groups: list[Group], g: GRPOSettings, budget: int, credit=None, max_turns: int = 1) -> tuple[list[list], int]:
     """(datums per group that teaches, groups skipped): a group whose rewards are all equal
     and whose emoji earned no credit teaches nothing. `credit` (an `EmojiCredit`, when
-    g.emoji_credit > 0) adds each emoji's own credit to its tokens."""
-    per_group, skipped = [], 0
+    g.emoji_credit > 0) adds each emoji's own credit to its tokens. The tokens' loss weights
+    follow g.loss_normalization over the whole step (max_turns x budget is an episode's most
+    tokens, the "constant" divisor; g.max_turns wins when set)."""
+    per_group, per_episode, skipped = [], [], 0
     for group in groups:
         bonus = credit.token_bonus(group.episodes, g.emoji_credit, g.emoji_credit_baseline) if credit is not None else None
         flat = max(group.rewards) - min(group.rewards) < 1e-9
@@ -209,22 +223,45 @@ def group_datums(groups: list[Group], g: GRPOSettings, budget: int, credit=None)
             skipped += 1
             continue
         advantages = [[a if a >= 0 else a * g.negative_weight for a in row] for row in turn_advantages(group, g.normalize_std, g.credit)]
-        per_group.append([d for i, (ep, adv) in enumerate(zip(group.episodes, advantages)) for d in episode_datums(ep, adv, budget, bonus[i] if bonus else None)])
+        episodes = [episode_datums(ep, adv, budget, bonus[i] if bonus else None) for i, (ep, adv) in enumerate(zip(group.episodes, advantages))]
+        per_episode += [e for e in episodes if e]
+        per_group.append([d for e in episodes for d in e])
+    loss_weights(per_episode, g.loss_normalization, (g.max_turns or max_turns) * budget)
     return per_group, skipped
 
 
-def fold_kl(policy, datums: list, *, temperature: float, decoder, kl_coef: float) -> float:
+def loss_weights(per_episode: list[list], normalization: str, episode_budget: int) -> None:
+    """Set each sampled token's loss weight for `normalization`, relative to "token".
+
+    A backend averages the weighted per-token loss over the batch's tokens (local) or sums it
+    (Tinker), so weights of 1 are "token". With N tokens in E episodes, an episode of T tokens
+    gets N / (E * T) for "sequence" (its mean, then the mean over episodes) and every token
+    N / (E * episode_budget) for "constant" (Dr. GRPO's sum over a fixed divisor); either way the
+    backend's own scale stays that of "token", so the learning rate means the same."""
+    if normalization == "token" or not per_episode:
+        return
+    counts = [sum(1 for d in datums for w in d.weights if w) for datums in per_episode]
+    n_tokens, n_episodes = sum(counts), len(per_episode)
+    for datums, count in zip(per_episode, counts):
+        weight = n_tokens / (n_episodes * (count if normalization == "sequence" else episode_budget))
+        for d in datums:
+            d.weights = [weight if w else 0.0 for w in d.weights]
+
+
+def fold_kl(policy, datums: list, *, temperature: float, decoder, kl_coef: float, center: bool = False) -> float:
     """Mean per-token log(pi/pi_start) of the sampled tokens; kl_coef times it is subtracted
-    from each token's advantage. The sampler's logprobs stand for pi (same weights)."""
+    from each token's advantage, or with `center` kl_coef x (its own - the batch's mean), as
+    tinker-cookbook's rl/metrics.py does: a penalty that sums to zero over the batch's tokens.
+    The sampler's logprobs stand for pi (same weights)."""
     ref_logprobs = policy.compute_logprobs(datums, temperature=temperature, decoder=decoder, reference=True, weighted_only=True)
-    kl_sum = kl_n = 0.0
-    for d, ref in zip(datums, ref_logprobs):
-        for t, w in enumerate(d.weights):
-            if w:
-                kl = d.logprobs[t] - ref[t]
-                kl_sum, kl_n = kl_sum + kl, kl_n + 1
-                d.advantages[t] -= kl_coef * kl
-    return kl_sum / max(kl_n, 1)
+    per_token = [[(t, d.logprobs[t] - ref[t]) for t, w in enumerate(d.weights) if w] for d, ref in zip(datums, ref_logprobs)]
+    kl_n = sum(len(row) for row in per_token)
+    mean_kl = sum(kl for row in per_token for _, kl in row) / max(kl_n, 1)
+    offset = mean_kl if center else 0.0
+    for d, row in zip(datums, per_token):
+        for t, kl in row:
+            d.advantages[t] -= kl_coef * (kl - offset)
+    return mean_kl
 
 
 def split_groups(per_group: list[list], parts: int) -> list[list]:
@@ -364,7 +401,7 @@ def run(recipe, run_dir) -> None:
             t_play = time.time() - t0
             kept = drop_failed(groups)
             failed_steps = 0 if kept else failed_steps + 1
-            per_group, skipped = group_datums(kept, g, game.max_new_tokens, credit)
+            per_group, skipped = group_datums(kept, g, game.max_new_tokens, credit, game.max_turns)
 
             row = {"step": done, "dropped_groups": len(groups) - len(kept), "skipped_groups": skipped}
             row.update(step_statistics(groups, kept, t_play))
@@ -373,7 +410,7 @@ def run(recipe, run_dir) -> None:
                 row.update(guided_statistics(kept, g.teacher_episodes, guided.fallbacks - fallbacks_before))
             datums = [d for group in per_group for d in group]
             if datums:
-                row["kl"] = fold_kl(policy, datums, temperature=g.temperature, decoder=decoder, kl_coef=g.kl_coef)
+                row["kl"] = fold_kl(policy, datums, temperature=g.temperature, decoder=decoder, kl_coef=g.kl_coef, center=g.kl_center)
                 row.update(train(policy, per_group, g, decoder=decoder))
             row["datums"] = len(datums)
             row["step_seconds"] = time.time() - t0

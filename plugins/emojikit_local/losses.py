@@ -1,5 +1,8 @@
 """Per-token losses, summed; the caller divides by the batch's weighted-token count.
 
+A position's weight scales its term in every loss (as Tinker's RL losses see it, folded into
+the advantage): GRPO's loss_normalization sets weights relative to 1 = per token.
+
 Following Tinker: cross_entropy is -weight * logp; importance_sampling is
 -(p / q) * advantage with q the sampler's probability; ppo clips the ratio p / q to
 [1 - clip, 1 + clip] and takes the pessimistic (smaller) objective.
@@ -19,10 +22,10 @@ def loss_sum(loss: str, logprobs_N: torch.Tensor, weights_N: torch.Tensor, advan
     ratio_N = torch.exp(logprobs_N - sampler_logprobs_N)
     stats = {"ratio": ratio_N.detach(), "log_ratio": (logprobs_N - sampler_logprobs_N).detach()}
     if loss == "importance_sampling":
-        return -(ratio_N * advantages_N).sum(), stats
+        return -(weights_N * ratio_N * advantages_N).sum(), stats
     if loss == "ppo":
         clipped_N = ratio_N.clamp(1.0 - clip, 1.0 + clip)
         objective_N = torch.minimum(ratio_N * advantages_N, clipped_N * advantages_N)
         stats["clipped"] = ((ratio_N * advantages_N) > (clipped_N * advantages_N)).detach()
-        return -objective_N.sum(), stats
+        return -(weights_N * objective_N).sum(), stats
     raise ValueError(f"unknown loss {loss!r}; losses: {', '.join(LOSSES)}")

@@ -207,7 +207,7 @@ def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path,
     over finished episodes."""
     from tqdm import tqdm
 
-    from emojikit.play.game import play
+    from emojikit.play.game import episode_to_json, play
     from emojikit.api.policy import SamplingParams
 
     game = recipe.settings["game"]
@@ -244,6 +244,7 @@ def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path,
                 entry["unmasked"] = game_metrics(play_all(sender, Unmasked(decoder)))
             entry["per_target_success"] = [bool(ep.success) for ep in episodes]
             entry["per_target_similarity"] = [round(ep.turns[-1].similarity if ep.turns else 0.0, 4) for ep in episodes]
+            entry["per_target"] = [episode_to_json(ep) for ep in episodes]  # every turn: emoji, guess, similarity
             results["checkpoints"][checkpoint] = entry
     finally:
         bar.close()
@@ -253,7 +254,7 @@ def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path,
 def game_markdown(results: dict) -> str:
     turns = f", up to {results['max_turns']} turns" if "max_turns" in results else ""
     lines = [f"Held-out retrieval game: {results['targets']} targets, judge `{results['judge']}`, seed {results['seed']}{turns}.", ""]
-    lines += ["| checkpoint | success rate | mean similarity | mean turns | format violations (masked) | format violations (unmasked) | distinct emoji |", "|---|---|---|---|---|---|---|"]
+    lines += ["| checkpoint | success rate | first-turn success | repair rate (turn-2 wins / first-turn misses) | mean similarity | mean turns | format violations (masked) | format violations (unmasked) | distinct emoji |", "|---|---|---|---|---|---|---|---|---|"]
     for name, entry in results["checkpoints"].items():
         m, u = entry["masked"], entry.get("unmasked")
         free = f"{u['format_violations']:.3f}" if u else "-"

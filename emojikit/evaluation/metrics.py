@@ -44,12 +44,22 @@ def distinct_per_100(answers: Sequence[str | None]) -> float:
 
 
 def summarize(episodes) -> dict:
-    """The game figures of a set of episodes: success rate, final similarity, turns, format violations."""
+    """The game figures of a set of episodes: success rate, final similarity, turns, format
+    violations, and the turns apart: first-turn success and the repair rate (turn-2 wins among
+    first-turn misses, with both counts; a turn-2 win is a success in exactly two turns)."""
     n = max(len(episodes), 1)
     turns = [t for ep in episodes for t in ep.turns]
+    first_turn_wins = sum(bool(ep.success) and len(ep.turns) == 1 for ep in episodes)
+    misses = sum(len(ep.turns) >= 2 or (len(ep.turns) == 1 and not ep.success and not ep.failed) for ep in episodes)
+    repair_wins = sum(bool(ep.success) and len(ep.turns) == 2 for ep in episodes)
     return {
         "success_rate": sum(ep.success for ep in episodes) / n,
         "similarity": sum(ep.turns[-1].similarity for ep in episodes if ep.turns) / n,
         "mean_turns": sum(len(ep.turns) for ep in episodes) / n,
         "format_violations": sum(not t.valid for t in turns) / max(len(turns), 1),
+        "first_turn_success": first_turn_wins / n,
+        "first_turn_similarity": sum(ep.turns[0].similarity for ep in episodes if ep.turns) / n,
+        "repair_rate": repair_wins / max(misses, 1),
+        "repair_wins": repair_wins,
+        "first_turn_misses": misses,
     }

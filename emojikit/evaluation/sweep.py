@@ -99,6 +99,13 @@ def describe_runs(values_S_T: list[list[float]]) -> dict:
     }
 
 
+def describe_repair(counts_S: list[tuple[int, int]]) -> dict:
+    """The repair rate over seeds: turn-2 wins / first-turn misses per seed and pooled (each
+    seed misses different targets, so there is no per-target pairing to resample)."""
+    wins, misses = sum(w for w, _ in counts_S), sum(m for _, m in counts_S)
+    return {"mean": wins / max(misses, 1), "per_seed": [w / max(m, 1) for w, m in counts_S], "repair_wins": wins, "first_turn_misses": misses}
+
+
 # --- the comparison -------------------------------------------------------------------------
 
 
@@ -129,16 +136,19 @@ def evaluate_sweep(recipe_path: Path, run_dirs: Sequence[Path], judges: Sequence
             report = evaluate_checkpoints(eval_recipe, settings, targets, out)
             for checkpoint, label in zip(checkpoints, ["start", "grpo", "teacher"]):
                 entry = report["checkpoints"][checkpoint]
-                rows = per_label.setdefault(label, {"success": [], "similarity": [], "checkpoints": [], "format_violations": []})
+                rows = per_label.setdefault(label, {"success": [], "similarity": [], "checkpoints": [], "format_violations": [], "first_turn": [], "repair": []})
                 rows["success"].append([float(s) for s in entry["per_target_success"]])
+                rows["first_turn"].append([float(ep["success"] and ep["n_turns"] == 1) for ep in entry["per_target"]])
+                rows["repair"].append((entry["masked"]["repair_wins"], entry["masked"]["first_turn_misses"]))
                 rows["similarity"].append(entry["per_target_similarity"])
                 rows["checkpoints"].append(checkpoint)
                 rows["format_violations"].append(entry["masked"]["format_violations"])
         summary = {label: {"success": describe_runs(r["success"]), "similarity": describe_runs(r["similarity"]),
+                           "first_turn_success": describe_runs(r["first_turn"]), "repair_rate": describe_repair(r["repair"]),
                            "checkpoints": r["checkpoints"], "format_violations": max(r["format_violations"])} for label, r in per_label.items()}
-        gains = [[g_ - s_ for g_, s_ in zip(gr, st)] for gr, st in zip(per_label["grpo"]["success"], per_label["start"]["success"])]
-        sim_gains = [[g_ - s_ for g_, s_ in zip(gr, st)] for gr, st in zip(per_label["grpo"]["similarity"], per_label["start"]["similarity"])]
-        summary["gain"] = {"success": describe_runs(gains), "similarity": describe_runs(sim_gains)}
+        paired = lambda key: [[g_ - s_ for g_, s_ in zip(gr, st)] for gr, st in zip(per_label["grpo"][key], per_label["start"][key])]
+        summary["gain"] = {"success": describe_runs(paired("success")), "similarity": describe_runs(paired("similarity")),
+                           "first_turn_success": describe_runs(paired("first_turn"))}
         results["judges"][judge] = summary
     return results
 
@@ -162,7 +172,7 @@ def comparison_markdown(results: dict) -> str:
     lines = [f"Held-out comparison of `{results['recipe']}` over seeds {', '.join(map(str, seeds))}: mean over seeds (std between "
              "seeds) [bootstrap 95 % interval over targets and seeds].", ""]
     for judge, summary in results["judges"].items():
-        lines += [f"### judge `{judge}`", "", "| sender | success | similarity | per seed (success) | format violations |", "|---|---|---|---|---|"]
+        lines += [f"### judge `{judge}`", "", "| sender | success | similarity | first-turn success | repair rate (turn-2 wins / first-turn misses) | per seed (success) | format violations |", "|---|---|---|---|---|---|---|"]
         for label in ("start", "grpo", "teacher", "gain"):
             if label not in summary:
                 continue
@@ -171,7 +181,10 @@ def comparison_markdown(results: dict) -> str:
             name = {"start": "start (SFT)", "grpo": "after GRPO", "teacher": "teacher", "gain": "gain, GRPO - start (paired)"}[label]
             per_seed = " / ".join(f"{v:+.3f}" if label == "gain" else f"{v:.3f}" for v in s["per_seed"])
             violations = f"{summary[label]['format_violations']:.3f}" if label != "gain" else ""
-            lines.append(f"| {name} | {cell(s)} | {cell(m)} | {per_seed} | {violations} |")
+            first = cell(summary[label]["first_turn_success"]) if "first_turn_success" in summary[label] else ""
+            r = summary[label].get("repair_rate")
+            repair = f"{r['mean']:.3f} ({r['repair_wins']}/{r['first_turn_misses']}; per seed {' / '.join(f'{v:.3f}' for v in r['per_seed'])})" if r else ""
+            lines.append(f"| {name} | {cell(s)} | {cell(m)} | {first} | {repair} | {per_seed} | {violations} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -258,7 +258,8 @@ def game_markdown(results: dict) -> str:
     for name, entry in results["checkpoints"].items():
         m, u = entry["masked"], entry.get("unmasked")
         free = f"{u['format_violations']:.3f}" if u else "-"
-        lines.append(f"| {name} | {m['success_rate']:.3f} | {m['similarity']:.3f} | {m['mean_turns']:.2f} | {m['format_violations']:.3f} | {free} | {m['distinct_emoji']} |")
+        repair = f"{m['repair_rate']:.3f} ({m['repair_wins']}/{m['first_turn_misses']})" if "repair_rate" in m else "-"
+        lines.append(f"| {name} | {m['success_rate']:.3f} | {m.get('first_turn_success', float('nan')):.3f} | {repair} | {m['similarity']:.3f} | {m['mean_turns']:.2f} | {m['format_violations']:.3f} | {free} | {m['distinct_emoji']} |")
     lines += ["", "Per category (success rate / mean similarity):", ""]
     names = list(results["checkpoints"])
     categories = sorted({c for e in results["checkpoints"].values() for c in e["categories"]})

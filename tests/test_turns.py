@@ -128,3 +128,42 @@ def test_local_loss_scales_each_position_by_its_weight():
         ones, _ = loss_sum(loss, logprobs, torch.ones(2), advantages, logprobs.clone(), 0.2)
         scaled, _ = loss_sum(loss, logprobs, torch.tensor([3.0, 1.0]), advantages, logprobs.clone(), 0.2)
         assert float(ones) == pytest.approx(0.0) and float(scaled) == pytest.approx(-2.0)
+
+
+# --- training targets SFT never saw ----------------------------------------------------------
+
+
+def test_grpo_training_targets_leave_out_the_messages_the_start_sft_trained_on(tmp_path):
+    import json
+
+    from emojikit.api.errors import InputFileError
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.stages.runs import RunDir
+    from emojikit.training.targets import sft_seen, split_targets
+    from recipe_texts import GRPO_COMPONENTS, jsonl
+
+    texts = [f"message number {i}" for i in range(12)]
+    (tmp_path / "source.jsonl").write_text(jsonl({"text": t} for t in texts), encoding="utf-8")
+    (tmp_path / "heldout.jsonl").write_text(jsonl({"text": t} for t in texts[:2]), encoding="utf-8")
+    # An SFT run whose train file labelled messages 2-6 (chat rows, as the data recipe writes them).
+    train_file = tmp_path / "sft_train.jsonl"
+    train_file.write_text(jsonl({"messages": [{"role": "system", "content": "Reply with 2-8 emoji only."}, {"role": "user", "content": t},
+                                              {"role": "assistant", "content": "🍕🎉"}]} for t in texts[2:7]), encoding="utf-8")
+    checkpoint = tmp_path / "sft/checkpoints/step_5"
+    checkpoint.mkdir(parents=True)
+    (tmp_path / "sft/recipe.toml").write_text(f'kind = "sft"\n[sft]\ntrain_file = {json.dumps(str(train_file))}\n', encoding="utf-8")
+    components = GRPO_COMPONENTS.replace('use = "generated"', f'use = "jsonl"\npath = {json.dumps(str(tmp_path / "source.jsonl"))}')
+    (tmp_path / "grpo.toml").write_text(
+        'kind = "grpo"\n' + components + f'[grpo]\nstart_from = "base"\neval_targets = 2\ntarget_pool = 4\nheldout_file = {json.dumps(str(tmp_path / "heldout.jsonl"))}\n',
+        encoding="utf-8",
+    )
+    recipe = load_recipe(tmp_path / "grpo.toml")
+    seen = sft_seen(str(checkpoint))
+    assert seen == set(texts[2:7])
+    heldout, train = split_targets(recipe, recipe.settings["grpo"], RunDir(tmp_path / "run"), seen)
+    assert [m.text for m in heldout] == texts[:2]
+    assert [m.text for m in train] == texts[7:11]  # drawn past the SFT's messages: the pool keeps its size
+    assert sft_seen(None) == frozenset() and sft_seen("tinker://run/step_5") == frozenset()
+    train_file.unlink()
+    with pytest.raises(InputFileError, match="train_file"):
+        sft_seen(str(checkpoint))

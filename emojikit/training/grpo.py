@@ -22,7 +22,7 @@ from emojikit.api.components import Episode, Message, add_candidates
 from emojikit.api.config import ConfigModel
 from emojikit.evaluation.metrics import summarize  # noqa: F401 - the game figures every loop reports
 from emojikit.api.policy import acceptance_between, sample_totals
-from emojikit.training.targets import split_targets  # noqa: F401 - (held-out, training) targets of a run
+from emojikit.training.targets import sft_seen, split_targets  # noqa: F401 - (held-out, training) targets of a run
 
 EPISODES_FILE = "episodes.jsonl"
 METRICS_FILE = "metrics.jsonl"
@@ -352,8 +352,9 @@ def run(recipe, run_dir) -> None:
     if g.max_turns is not None:
         game = game.model_copy(update={"max_turns": g.max_turns})
 
-    heldout, train_targets = split_targets(recipe, g, run_dir)
     start_ref = resolve_start(g)
+    seen = sft_seen(start_ref)  # training targets whose teacher answers the start's SFT saw are left out
+    heldout, train_targets = split_targets(recipe, g, run_dir, seen)
     backend = recipe.components["backend"]
     if start_ref is not None and "init_from" in type(backend.config).model_fields:
         backend = type(backend)(backend.table, backend.spec, backend.config.model_copy(update={"init_from": start_ref}))
@@ -367,7 +368,8 @@ def run(recipe, run_dir) -> None:
     heldout_judge = held_out_judge(recipe, run_dir, judge, heldout)
     guided = guided_sender(recipe, g, policy, game, run_dir)
     credit = emoji_credit(g, judge, policy)
-    print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets, {len(heldout)} held out")
+    print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets"
+          f"{f' (none of the {len(seen)} messages its SFT trained on)' if seen else ''}, {len(heldout)} held out")
     atomic_write_text(run_dir.file("start.json"), json.dumps({"start": start_ref or "base"}) + "\n")  # what sweep compares against
 
     start = run_dir.resume_policy(policy, (METRICS_FILE, EPISODES_FILE, EVAL_FILE))

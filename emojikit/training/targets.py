@@ -6,14 +6,19 @@ neither imports the other for it.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
+from typing import Optional
 
 from emojikit.api.components import Message
 
 
-def split_targets(recipe, g, run_dir) -> tuple[list[Message], list[Message]]:
+def split_targets(recipe, g, run_dir, seen: frozenset[str] = frozenset()) -> tuple[list[Message], list[Message]]:
     """(held-out, training) targets; held-out ones never train, even when the prompt source repeats them.
-    With a heldout_file, none of its rows trains, also those past the eval_targets played."""
+    With a heldout_file, none of its rows trains, also those past the eval_targets played. No
+    message in `seen` (those whose teacher answers the start's SFT trained on: `sft_seen`) trains
+    either; the source is drawn past them, so the pool keeps its size. The held-out targets do
+    not depend on `seen` (the comparison draws them without it)."""
     from emojikit.api.errors import ConfigError, InputFileError
 
     source = recipe.build("prompts", run_dir.path)
@@ -25,10 +30,13 @@ def split_targets(recipe, g, run_dir) -> tuple[list[Message], list[Message]]:
         whole_file = read_targets(g.heldout_file)
         heldout = whole_file[: g.eval_targets]
         held = {m.text for m in whole_file}  # the whole file, also the rows past eval_targets, never trains
-        train = [m for m in source.messages(draw_count(g, len(held))) if m.text not in held and short_enough(m, g)][: g.target_pool]
+        drawn = source.messages(draw_count(g, len(held)) + len(seen))
+        train = list(itertools.islice((m for m in drawn if m.text not in held and m.text not in seen and short_enough(m, g)), g.target_pool))
     else:
-        messages = list(source.messages(g.eval_targets + g.target_pool))
-        heldout, train = messages[: g.eval_targets], [m for m in messages[g.eval_targets :] if short_enough(m, g)]
+        drawn = iter(source.messages(g.eval_targets + g.target_pool + len(seen)))
+        heldout = list(itertools.islice(drawn, g.eval_targets))
+        held = {m.text for m in heldout}
+        train = list(itertools.islice((m for m in drawn if m.text not in held and m.text not in seen and short_enough(m, g)), g.target_pool))
     if not train:
         raise ConfigError(f"{recipe.path}: [grpo] eval_targets: the prompt source gave no messages for training")
     return heldout, train
@@ -44,3 +52,33 @@ def draw_count(g, n_heldout: int) -> int:
     """How many messages to draw so that, after dropping held-out and long ones, about
     target_pool remain (a generated message has at most 12 words about half the time)."""
     return (g.target_pool + n_heldout) * (3 if g.target_max_words is not None else 1)
+
+
+def sft_seen(start: Optional[str]) -> frozenset[str]:
+    """The messages whose teacher answers trained the start checkpoint: the user turns of its
+    SFT run's train_file (runs/x/checkpoints/step_N -> runs/x/recipe.toml, kind = "sft"). Empty
+    for base, a remote checkpoint or a run that is not an SFT run. GRPO's training targets skip
+    them, so RL is measured on messages imitation never labelled (the generated source's seed-0
+    stream is the one the data recipe labelled)."""
+    from emojikit.api.errors import InputFileError
+    from emojikit.composition.recipe import read_toml
+    from emojikit.support.io import read_jsonl
+
+    if start is None or "://" in start:
+        return frozenset()
+    recipe_toml = Path(start).parent.parent / "recipe.toml"
+    if not recipe_toml.is_file():
+        return frozenset()
+    data = read_toml(recipe_toml)
+    if data.get("kind") != "sft":
+        return frozenset()
+    from emojikit.training.sft import SFTSettings
+
+    train_file = Path(data.get("sft", {}).get("train_file", SFTSettings.model_fields["train_file"].default))
+    if not train_file.is_file():
+        raise InputFileError(f"{recipe_toml}: [sft] train_file {train_file} is gone, so GRPO cannot leave out the messages the start "
+                             "checkpoint was trained on; remake it (emojikit run recipes/data.toml) or start from another checkpoint")
+    seen = set()
+    for row in read_jsonl(train_file):
+        seen.update(m.get("content", "").strip() for m in row.get("messages", []) if m.get("role") == "user")
+    return frozenset(seen - {""})

@@ -2,7 +2,7 @@
 
 from emojikit.api.components import Component
 from emojikit.api.hookspecs import hookimpl
-from emojikit_text import generated, jsonl_source
+from emojikit_text import chitchat, generated, jsonl_source, mix
 
 
 @hookimpl
@@ -20,6 +20,20 @@ def register_prompt_sources():
             config=jsonl_source.JsonlConfig,
             factory=jsonl_source.build,
             preflight=jsonl_source.preflight,
+        ),
+        Component(
+            name="chitchat",
+            summary="Offline: self-contained messages people wrote in 7,168 human-human chats (chitchat-dataset), split by conversation",
+            config=chitchat.ChitchatConfig,
+            factory=chitchat.build,
+            preflight=chitchat.preflight,
+        ),
+        Component(
+            name="mix",
+            summary="Other prompt sources mixed by weight ([[prompts.sources]] tables), exact duplicates dropped",
+            config=mix.MixConfig,
+            factory=mix.build,
+            preflight=mix.preflight,
         ),
     ]
 
@@ -45,4 +59,16 @@ def register_teachers():
             config=_lexicon_config(),
             factory=_build_lexicon,
         ),
+        Component(
+            name="lexicon-repair",
+            summary="Offline: after a miss, emoji for the target's key phrases the wrong guess misses (the lexicon teacher's machinery; the repair benchmark's teacher)",
+            config=_lexicon_config(),
+            factory=_build_lexicon_repair,
+        ),
     ]
+
+
+def _build_lexicon_repair(config, ctx):
+    from emojikit_text import repair
+
+    return repair.build(config, ctx)

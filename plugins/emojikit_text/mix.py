@@ -1,0 +1,112 @@
+"""A prompt source that mixes other prompt sources by weight.
+
+    [prompts]
+    use = "mix"
+    [[prompts.sources]]
+    use = "chitchat"        # any prompt source, with its own settings beside `use` and `weight`
+    weight = 3
+    [[prompts.sources]]
+    use = "generated"
+    weight = 1
+
+A draw of n messages takes each source's share of n (largest remainders), drops exact
+duplicates across sources (first source wins), and interleaves them in a seeded order. Each
+source is built through the assembly seam, so its settings are validated like a table's
+(`[prompts.sources[1]] key: problem`).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any, Iterator, Optional
+
+from pydantic import Field, field_validator
+
+from emojikit.api.components import BuildContext, Message
+from emojikit.api.config import ConfigModel
+from emojikit.composition.assembly import build_component, choose, context, preflight as preflight_choice
+
+
+class MixConfig(ConfigModel):
+    sources: list[dict[str, Any]] = Field(
+        ..., min_length=1,
+        description="Prompt sources to mix: each a table with `use` (a prompt source), `weight` (> 0, default 1) and that source's settings.",
+    )
+    count: int = Field(25_000, ge=1, description="Messages yielded when the caller asks for all of them.")
+
+    @field_validator("sources")
+    @classmethod
+    def _each_names_a_source(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for i, entry in enumerate(value):
+            if not isinstance(entry.get("use"), str) or not entry["use"]:
+                raise ValueError(f"sources[{i}] needs `use = \"<prompt source>\"`")
+            weight = entry.get("weight", 1)
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
+                raise ValueError(f"sources[{i}] weight must be a number > 0, got {weight!r}")
+        return value
+
+
+def _split(entry: dict[str, Any]) -> tuple[str, float, dict[str, Any]]:
+    settings = {k: v for k, v in entry.items() if k not in ("use", "weight")}
+    return entry["use"], float(entry.get("weight", 1)), settings
+
+
+def shares(n: int, weights: list[float]) -> list[int]:
+    """n split by weight, largest remainders first, summing to n."""
+    total = sum(weights)
+    exact = [n * w / total for w in weights]
+    counts = [int(x) for x in exact]
+    for i in sorted(range(len(weights)), key=lambda i: exact[i] - counts[i], reverse=True)[: n - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def _key(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
+
+
+class MixSource:
+    def __init__(self, config: MixConfig, ctx: BuildContext):
+        self.config = config
+        self.seed = ctx.seed
+        self.weights = []
+        self.sources = []
+        for i, entry in enumerate(config.sources):
+            name, weight, settings = _split(entry)
+            self.sources.append(build_component("prompt_source", name, settings, ctx, table=f"prompts.sources[{i}]"))
+            self.weights.append(weight)
+
+    def capacity(self) -> Optional[int]:
+        """The largest draw in which every source can fill its share (None if a source cannot tell)."""
+        limits = []
+        for source, weight in zip(self.sources, self.weights):
+            cap = source.capacity() if hasattr(source, "capacity") else None
+            if cap is None:
+                return None
+            limits.append(int(cap * sum(self.weights) / weight))
+        return min(limits)
+
+    def messages(self, n: Optional[int] = None) -> Iterator[Message]:
+        n = self.config.count if n is None else n
+        seen: set[str] = set()
+        drawn: list[Message] = []
+        for source, share in zip(self.sources, shares(n, self.weights)):
+            for message in source.messages(share):
+                key = _key(message.text)
+                if key not in seen:
+                    seen.add(key)
+                    drawn.append(message)
+        random.Random(f"emojikit-mix:{self.seed}").shuffle(drawn)
+        yield from drawn[:n]
+
+
+def preflight(config: MixConfig, ctx: BuildContext) -> None:
+    """Each source's settings and its own preflight, before anything loads."""
+    for i, entry in enumerate(config.sources):
+        name, _, settings = _split(entry)
+        preflight_choice(choose("prompt_source", name, settings, context(ctx), table=f"prompts.sources[{i}]"), context(ctx))
+
+
+def build(config: MixConfig, ctx: BuildContext) -> MixSource:
+    return MixSource(config, context(ctx))

@@ -63,3 +63,17 @@ def format_of(decoder: Any) -> EmojiFormat:
     if decoder is None:
         return DEFAULT_FORMAT
     return EmojiFormat(decoder.min_emoji, decoder.max_emoji)
+
+
+def chat_template_with_system(template: str, system_prompt: str) -> str:
+    """A Jinja chat template that starts every conversation without a system message with
+    `system_prompt` (before the template's own default, if it has one), so a model exported
+    from emojikit answers in its format under plain `apply_chat_template`."""
+    import json
+
+    insert = (
+        "{%- if not messages or messages[0]['role'] != 'system' -%}"
+        "{%- set messages = [{'role': 'system', 'content': " + json.dumps(system_prompt) + "}] + messages -%}"
+        "{%- endif -%}"
+    )
+    return insert + template

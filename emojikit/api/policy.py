@@ -157,3 +157,18 @@ def acceptance_between(before: Optional[dict[str, float]], after: Optional[dict[
     drawn = after.get("drawn", 0.0) - before.get("drawn", 0.0)
     accepted = after.get("accepted", 0.0) - before.get("accepted", 0.0)
     return {"acceptance_rate": accepted / drawn} if drawn > 0 else {}
+
+
+@runtime_checkable
+class WeightsExport(Protocol):
+    """Optional policy capability: write the loaded weights as a folder other tools load
+    without emojikit (`emojikit export`). `system_prompt` is what the exported chat template
+    inserts when a conversation has no system message, so the sender keeps its format.
+
+    merged=True: the LoRA merged into the base, a plain Hugging Face model folder (weights,
+    config, tokenizer, generation config). merged=False: a plain PEFT adapter folder whose
+    base_model_name_or_path is a base a user can load. Returns what the model card says:
+    "base_model" (that loadable base), "base_note" (where the trained-on weights came from,
+    when they differ from it), "dtype", "lora" (r, alpha, target modules)."""
+
+    def export_weights(self, out: str, *, merged: bool, system_prompt: str) -> dict[str, Any]: ...

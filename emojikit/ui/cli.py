@@ -406,6 +406,20 @@ def report(run_dir, out, examples):
     click.echo(f"wrote {path}" + (f" and {len(plots)} plots ({', '.join(p.name for p in plots)})" if plots else " (no training metrics to plot)"))
 
 
+@cli.command("export")
+@click.argument("checkpoint", metavar="CHECKPOINT")
+@click.argument("out", metavar="OUT", type=click.Path(path_type=Path))
+@click.option("--merged/--adapter", default=True, show_default=True, help="The LoRA merged into the base (a plain transformers folder), or a plain PEFT adapter.")
+@click.option("--push", "push_to", metavar="REPO_ID", default=None, help="Then upload OUT to this Hugging Face Hub repository (token from HF_TOKEN).")
+@click.option("--public", is_flag=True, help="With --push: create the repository public (default private).")
+@friendly_errors
+def export_command(checkpoint, out, merged, push_to, public):
+    """Export a trained sender (a checkpoint, a run directory's final one, or a tinker:// path) for use without emojikit, with a model card."""
+    from emojikit.export.export import export
+
+    export(checkpoint, out, merged=merged, push_to=push_to, public=public, echo=click.echo)
+
+
 def main() -> None:
     cli(prog_name="emojikit")
 

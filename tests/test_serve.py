@@ -388,6 +388,11 @@ def test_serve_rejects_a_missing_checkpoint_in_one_line(tmp_path):
 # --- the bundled model, over HTTP and in a real browser --------------------------------------------
 
 
+# The sender of the real-model tests and the screenshots: the bundled base model, or a trained one for the README
+# (EMOJIKIT_SCREENSHOT_CHECKPOINT=runs/sft/checkpoints/step_250).
+SCREENSHOT_SENDER = os.environ.get("EMOJIKIT_SCREENSHOT_CHECKPOINT", "base")
+
+
 @pytest.fixture(scope="module")
 def real_service(tmp_path_factory):
     """The real components of recipes/grpo.toml: bundled SmolLM2 under the emoji mask, the
@@ -398,7 +403,7 @@ def real_service(tmp_path_factory):
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    models = build_models(REPO / "recipes/grpo.toml", ["base"], [], temperature=0.7)
+    models = build_models(REPO / "recipes/grpo.toml", [SCREENSHOT_SENDER], [], temperature=0.7)
     log = HumanGameLog(tmp_path_factory.mktemp("serve") / "human_games.jsonl")
     service = GameService(models, ModelWorker(models.run), log)
     yield service
@@ -420,6 +425,8 @@ CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 # The README's screenshots: refreshed only when asked (EMOJIKIT_SCREENSHOTS=1 bin/test tests/test_serve.py),
 # so a plain test run leaves the tracked PNGs alone.
 IMAGES = REPO / "docs" / "img" if os.environ.get("EMOJIKIT_SCREENSHOTS") else Path(tempfile.mkdtemp(prefix="emojikit-screens-"))
+# For the README the Guess screenshot shows a person's wrong guess; every other run guesses HTML and checks it renders as text.
+WRONG_GUESS = "Let's order sushi tonight" if os.environ.get("EMOJIKIT_SCREENSHOTS") else SCRIPT
 
 
 @pytest.fixture(scope="module")
@@ -492,10 +499,10 @@ def test_browser_plays_a_guess_game_and_a_send_game(real_service, live_url, brow
     first = find("#guess-turns .emoji").text
     assert emojis.is_emoji_only(first, 2, 8), first
     assert TARGET not in find("#mode-guess").text  # hidden until the end
-    browser.execute_script("document.getElementById('guess-input').value = arguments[0]", SCRIPT)
+    browser.execute_script("document.getElementById('guess-input').value = arguments[0]", WRONG_GUESS)
     find("#guess-submit").click()
     wait_for(browser, lambda: find("#guess-input").is_enabled() and len(browser.find_elements(By.CSS_SELECTOR, "#guess-turns .turn")) == 2, what="the model's second turn")
-    assert find("#guess-turns .guess-text").text == SCRIPT  # shown as text
+    assert find("#guess-turns .guess-text").text == WRONG_GUESS  # shown as text
     assert browser.execute_script("return window.pwned === undefined") and not browser.find_elements(By.CSS_SELECTOR, "#guess-turns b")
     find("#guess-input").send_keys(TARGET)
     find("#guess-submit").click()

@@ -67,7 +67,7 @@ def test_drop_failed_drops_whole_groups_and_equal_rewards_teach_nothing():
     flat = Group(Message("c"), [episode(0.5, [0.5]), episode(0.5, [0.5])])
     kept = drop_failed([ok, failed, flat])
     assert kept == [ok, flat]
-    per_group, skipped = group_datums(kept, GRPOSettings(), budget=24)
+    per_group, skipped = group_datums(kept, GRPOSettings(normalize_std=True), budget=24)
     assert skipped == 1 and len(per_group) == 1
     datums = per_group[0]
     assert len(datums) == 2  # one per turn

@@ -70,6 +70,46 @@ def protocol_members(protocol: type) -> list[str]:
     return names
 
 
+# Setting names as the peers spell them -> (emojikit's name, whose name it is). Spelling
+# matches miss these (`beta` is nothing like `kl_coef`), and people arrive with them.
+PEER_NAMES: dict[str, tuple[str, str]] = {
+    "lr": ("learning_rate", "PyTorch's and torchtune's"),
+    "beta": ("kl_coef", "TRL's"),
+    "kl": ("kl_coef", "a common"),
+    "kl_beta": ("kl_coef", "a common"),
+    "kl_penalty_coef": ("kl_coef", "tinker-cookbook's"),
+    "init_kl_coef": ("kl_coef", "TRL's PPO"),
+    "num_generations": ("group_size", "TRL's"),
+    "groups_per_batch": ("batch_size", "tinker-cookbook's"),
+    "per_device_train_batch_size": ("batch_size", "TRL's"),
+    "num_iterations": ("ppo_epochs", "TRL's"),
+    "epsilon": ("clip", "TRL's"),
+    "cliprange": ("clip", "TRL's PPO"),
+    "clip_range": ("clip", "a common"),
+    "scale_rewards": ("normalize_std", "TRL's"),
+    "loss_type": ("loss", "TRL's"),
+    "max_steps": ("steps", "TRL's"),
+    "num_train_epochs": ("epochs", "TRL's"),
+    "lr_scheduler_type": ("lr_schedule", "TRL's"),
+    "save_steps": ("save_every", "TRL's"),
+    "eval_steps": ("eval_every", "TRL's"),
+    "max_completion_length": ("max_new_tokens", "TRL's"),
+    "max_tokens": ("max_new_tokens", "tinker-cookbook's"),
+    "model_name_or_path": ("model", "TRL's"),
+    "r": ("lora_rank", "peft's"),
+    "lora_r": ("lora_rank", "a common"),
+    "lora_dropout_p": ("lora_dropout", "a common"),
+}
+
+
+def unknown_key_hint(key: str, fields) -> str:
+    """` (did you mean 'kl_coef'? TRL's `beta`)` for a peer's name, else a spelling match."""
+    peer = PEER_NAMES.get(key.lower())
+    if peer is not None and peer[0] in fields:
+        return f" (did you mean {peer[0]!r}? {peer[1]} `{key}`)"
+    return did_you_mean(key, fields)
+
+
 def format_validation(table: str, model: type[BaseModel], exc: ValidationError) -> list[str]:
     """Pydantic errors as `[table] key: problem` lines (unknown keys get a did-you-mean)."""
     lines = []
@@ -77,7 +117,7 @@ def format_validation(table: str, model: type[BaseModel], exc: ValidationError) 
         loc = ".".join(str(p) for p in err["loc"]) or "(table)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown key" + did_you_mean(str(err["loc"][-1]), model.model_fields)
+            msg = "unknown key" + unknown_key_hint(str(err["loc"][-1]), model.model_fields)
         elif err["type"] == "missing":
             msg = "required key is missing"
         elif msg.startswith("Value error, "):

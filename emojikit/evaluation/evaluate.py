@@ -107,10 +107,13 @@ class EvalSettings(ConfigModel):
     @field_validator("checkpoints")
     @classmethod
     def _checkpoints_exist(cls, checkpoints: list[str]) -> list[str]:
-        for checkpoint in checkpoints:
-            if checkpoint != "base" and not checkpoint.startswith(TEACHER_PREFIX) and not Path(checkpoint).is_dir():
-                raise ValueError(f"{checkpoint} is not a checkpoint directory (or base, or teacher:NAME)")
-        return checkpoints
+        from emojikit.api.errors import InputFileError
+        from emojikit.stages.runs import resolve_checkpoint
+
+        try:  # a run directory means its final checkpoint
+            return [resolve_checkpoint(checkpoint) for checkpoint in checkpoints]
+        except InputFileError as exc:
+            raise ValueError(f"{exc} (or base, or teacher:NAME)") from None
 
 
 DEFAULT_SOURCE_TARGETS = 128

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Iterator, Optional
 
-from emojikit.api.errors import OutputError, RunDirectoryError
+from emojikit.api.errors import InputFileError, OutputError, RunDirectoryError
 from emojikit.support.io import append_jsonl, atomic_directory, atomic_write_jsonl, atomic_write_text, os_problem, read_jsonl, writing
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -226,3 +226,91 @@ def check_same_recipe(recorded: Path, recipe_toml: str) -> None:
             f"{recorded.parent}: --resume with a recipe that differs from the run's recorded recipe.toml: {shown}; "
             f"resume with the recipe and --set values the run was started with, or start a new run with --set name=<new>"
         )
+
+
+# --- checkpoint references: a run directory stands for its final checkpoint ---------------
+
+# Files a saved checkpoint holds: adapter weights and config (local backend), the trainer
+# state every backend writes, the pointer a remote backend (tinker) leaves.
+CHECKPOINT_MARKERS = ("adapter_config.json", "adapter_model.safetensors", "trainer_state.json", "tinker.json")
+# References that name no directory: the start model, a teacher, a remote state, a recipe.
+NOT_A_PATH = ("base", "auto")
+
+
+def is_checkpoint_dir(path: Path) -> bool:
+    return path.is_dir() and any((path / name).exists() for name in CHECKPOINT_MARKERS)
+
+
+def is_run_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / "checkpoints").is_dir() or (path / "stage.json").is_file() or (path / "recipe.toml").is_file())
+
+
+def checkpoint_base_model(path: Path) -> Optional[str]:
+    """The model a checkpoint was trained on, as its trainer_state.json records it (None if it does not)."""
+    try:
+        state = json.loads((Path(path) / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    model = state.get("model") if isinstance(state, dict) else None
+    return model if isinstance(model, str) and model else None
+
+
+def resolve_checkpoint(ref: str) -> str:
+    """A checkpoint reference as a backend loads it. A run directory (runs/grpo) stands for its
+    final checkpoint (checkpoints/step_N with the largest N); a checkpoint directory, "base",
+    "auto", teacher:NAME, a recipe (.toml) or a remote path (tinker://...) is returned as is.
+    Raises InputFileError (one line) for a path that is neither, e.g. a folder of runs."""
+    ref = str(ref)
+    if ref in NOT_A_PATH or ref.startswith("teacher:") or "://" in ref or ref.endswith(".toml"):
+        return ref
+    path = Path(ref)
+    if not path.exists():
+        raise InputFileError(f"{ref} is not a checkpoint directory (no such folder; a run directory such as runs/NAME works too)")
+    if not path.is_dir():
+        raise InputFileError(f"{ref}: not a checkpoint directory but a file; expected runs/NAME/checkpoints/step_N or a run directory runs/NAME")
+    if is_checkpoint_dir(path):
+        return ref
+    if is_run_dir(path):
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise InputFileError(f"{ref}: a run directory without a checkpoint (no checkpoints/step_N yet)")
+        return str(latest[1])
+    runs_inside = sorted(p for p in path.iterdir() if p.is_dir() and latest_checkpoint(p) is not None)
+    if runs_inside:
+        shown = ", ".join(str(p) for p in runs_inside[:4]) + (", ..." if len(runs_inside) > 4 else "")
+        raise InputFileError(f"{ref}: a folder of run directories, not a checkpoint; name one of them: {shown}")
+    if not any(path.iterdir()):
+        raise InputFileError(f"{ref}: an empty directory, not a checkpoint or run directory")
+    return ref  # another backend's checkpoint format: its load() judges
+
+
+def trained_senders(runs_root: Path = Path("runs")) -> list[Path]:
+    """Final checkpoints of the sft and grpo runs under runs_root (a sender a person can chat
+    with or play against), newest first."""
+    found: list[Path] = []
+    if not Path(runs_root).is_dir():
+        return found
+    for run in Path(runs_root).iterdir():
+        if not run.is_dir() or (latest := latest_checkpoint(run)) is None:
+            continue
+        if run_kind(run) not in ("sft", "grpo"):
+            continue
+        found.append(latest[1])
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def run_kind(run: Path) -> Optional[str]:
+    """The recipe kind a run directory records (stage.json, else its recipe.toml)."""
+    try:
+        record = json.loads((run / "stage.json").read_text(encoding="utf-8"))
+        if isinstance(record, dict) and isinstance(record.get("kind"), str):
+            return record["kind"]
+    except (OSError, ValueError):
+        pass
+    try:
+        import tomllib
+
+        kind = tomllib.loads((run / "recipe.toml").read_text(encoding="utf-8")).get("kind")
+        return kind if isinstance(kind, str) else None
+    except (OSError, ValueError):
+        return None

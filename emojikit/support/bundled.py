@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import Optional
 
 from emojikit.api.errors import ModelUnavailableError
 
@@ -76,3 +77,34 @@ def load_tokenizer(model: str):
     if model == SMOLLM2:
         tokenizer.save_pretrained(str(cached))
     return tokenizer
+
+
+def looks_like_path(model: str) -> bool:
+    """A reference a person meant as a folder (/x, ./x, ~/x, a/b/c), not a hub id (org/name)."""
+    return model.startswith(("/", ".", "~")) or model.endswith("/") or model.count("/") > 1 or "\\" in model
+
+
+def model_problem(model: str, key: str = "model") -> Optional[str]:
+    """Why `model` cannot be a base model to load (one line naming `key`), or None.
+
+    A LoRA checkpoint or a run directory is a common mix-up (they go where a checkpoint goes:
+    --checkpoint, [grpo] start_from, [backend] init_from); a missing folder would otherwise
+    reach the hub client as a malformed repo id. Reads no weights."""
+    if model.startswith("bundled:"):
+        return None
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if (path / "adapter_config.json").exists() or (path / "checkpoints").is_dir():
+            what = "a LoRA checkpoint" if (path / "adapter_config.json").exists() else "a run directory"
+            return (
+                f"{key}: {model} is {what}, not a base model; give it where a checkpoint goes "
+                f"(--checkpoint, [grpo] start_from, [backend] init_from) and keep {key} the model it was trained from"
+            )
+        if not (path / "config.json").exists() and not any(path.glob("*.gguf")):
+            return f"{key}: {model} is not a model directory (no config.json)"
+        return None
+    if path.exists():
+        return f"{key}: {model} is a file; expected a model directory, a Hugging Face id or {SMOLLM2}"
+    if looks_like_path(model):
+        return f"{key}: {model}: no such model directory"
+    return None

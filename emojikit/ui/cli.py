@@ -172,7 +172,7 @@ def describe(kind: str, name: str):
 
 
 @cli.command("eval-sft")
-@click.option("--checkpoint", default="base", show_default=True, help='A checkpoint directory, or "base" for the start model.')
+@click.option("--checkpoint", default="base", show_default=True, help='A checkpoint or run directory (its final checkpoint), or "base" for the start model.')
 @click.option("--recipe", "recipe_path", default="recipes/sft.toml", show_default=True, type=click.Path(path_type=Path), help="SFT recipe giving the backend, decoder and test file.")
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
 @click.option("-n", "--examples", type=click.IntRange(min=1), default=100, show_default=True, help="Held-out prompts to sample.")
@@ -192,8 +192,13 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
         recipe = load_recipe(recipe_path, list(overrides) + upstream_overrides(recipe_path, list(overrides)))
     if recipe.kind != "sft":
         raise ConfigError(f"{recipe_path}: eval-sft needs an sft recipe (its [sft] test_file and max_new_tokens), got kind = {recipe.kind!r}; pass --recipe recipes/sft.toml")
-    if checkpoint != "base" and not Path(checkpoint).is_dir():
-        raise InputFileError(f"--checkpoint {checkpoint}: not a checkpoint directory")
+    if checkpoint != "base":
+        from emojikit.stages.runs import resolve_checkpoint
+
+        try:
+            checkpoint = resolve_checkpoint(checkpoint)  # a run directory means its final checkpoint
+        except InputFileError as exc:
+            raise InputFileError(f"--checkpoint {exc}") from None
     if checkpoint != "base":
         from emojikit.composition.preflight import check_checkpoint_files
 
@@ -219,7 +224,7 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
 
 @cli.command("eval")
 @click.option("--recipe", "recipe_path", default="recipes/eval.toml", show_default=True, type=click.Path(path_type=Path))
-@click.option("--checkpoint", "checkpoints", multiple=True, help='Checkpoint directory, "base", or teacher:NAME (repeatable; compared side by side).')
+@click.option("--checkpoint", "checkpoints", multiple=True, help='Checkpoint or run directory (its final checkpoint), "base", or teacher:NAME (repeatable; compared side by side).')
 @click.option("--targets", type=click.Path(path_type=Path), default=None, help="Targets: JSONL with text (and category), CSV/TSV with a text column, or one message per line; every target is played unless -n.")
 @click.option("-n", "n_targets", type=click.IntRange(min=1), default=None, help="Play only the first N targets.")
 @click.option("--judge", default=None, help="Judge component to use instead of the recipe's.")
@@ -277,8 +282,28 @@ def sweep(recipe: Path, seeds: str, overrides, judges, teacher: str, out):
     run_sweep(recipe, parse_seeds(seeds), list(overrides), list(judges) or ["retrieval", "keywords"], teacher or None, out)
 
 
+def mask_model(model: str) -> str:
+    """The base model for `mask --model`: a checkpoint or run directory stands for the model it
+    was trained from (its tokenizer is that model's); anything else must be a loadable model."""
+    from emojikit.api.errors import ConfigError
+    from emojikit.stages.runs import checkpoint_base_model, is_checkpoint_dir, is_run_dir, resolve_checkpoint
+    from emojikit.support.bundled import model_problem
+
+    path = Path(model)
+    if is_checkpoint_dir(path) or is_run_dir(path):
+        checkpoint = resolve_checkpoint(model)
+        base = checkpoint_base_model(Path(checkpoint))
+        if base is None:
+            raise ConfigError(f"--model {model}: a checkpoint that records no base model (trainer_state.json); pass the model it was trained from")
+        click.echo(f"emojikit: binding to {base}, the model {checkpoint} was trained from", err=True)
+        model = base
+    if (problem := model_problem(model, "--model")) is not None:
+        raise ConfigError(problem)
+    return model
+
+
 @cli.command()
-@click.option("--model", default="bundled:smollm2-135m-instruct", show_default=True, help="Model whose tokenizer the mask binds to (bundled:, a local path, or a cached hub id).")
+@click.option("--model", default="bundled:smollm2-135m-instruct", show_default=True, help="Model whose tokenizer the mask binds to (bundled:, a local path, or a cached hub id); a checkpoint or run directory means the model it was trained from.")
 @click.option("--export", "export", type=click.Path(path_type=Path), default=None, help="Write every reachable state's allowed tokens to this .npz file.")
 @click.option("--decoder", "decoder_name", default="emoji-mask", show_default=True, help="A decoder that reports its binding (BindingReport).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="A decoder setting, e.g. --set separator=' ' (repeatable).")
@@ -300,6 +325,7 @@ def mask(model: str, export: Path | None, decoder_name: str, overrides: tuple[st
         if len(keys) != 1:
             raise ConfigError(f"--set {text}: expected KEY=VALUE, a setting of the decoder")
         settings[keys[0]] = value
+    model = mask_model(model)
     decoder = build_component("decoder", decoder_name, settings)
     if not isinstance(decoder, BindingReport):
         raise ConfigError(f"decoder {decoder_name!r} does not report a binding (it has no binding_report)")
@@ -310,7 +336,7 @@ def mask(model: str, export: Path | None, decoder_name: str, overrides: tuple[st
 @cli.command()
 @click.option("--recipe", "recipe_path", default=None, type=click.Path(path_type=Path), help="A grpo or eval recipe giving the components and [game] (default: recipes/grpo.toml if present, else each component's defaults).")
 @click.option("--message", default=None, help="The message to convey (default: a random one from the prompt source).")
-@click.option("--checkpoint", default=None, help="A sender checkpoint (adapter directory) to load.")
+@click.option("--checkpoint", default=None, help='A sender checkpoint or run directory (runs/grpo: its final checkpoint), or "base" (default: the newest trained sender under runs/, else base).')
 @click.option("--backend", default=None, help="Backend instead of the recipe's (default config).")
 @click.option("--decoder", default=None, help="Decoder instead of the recipe's.")
 @click.option("--judge", default=None, help="Judge instead of the recipe's, e.g. retrieval or local-lm.")
@@ -323,8 +349,9 @@ def mask(model: str, export: Path | None, decoder_name: str, overrides: tuple[st
 @friendly_errors
 def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_turns, temperature, seed, overrides, human):
     """Watch the sender and the judge play one message, turn by turn (or guess yourself with --human)."""
-    from emojikit.ui.interactive import watch
+    from emojikit.ui.interactive import default_sender, watch
 
+    checkpoint = default_sender(checkpoint, say=lambda m: click.echo(m, err=True))
     if recipe_path is None and Path("recipes/grpo.toml").exists():
         recipe_path = Path("recipes/grpo.toml")
     if message is not None and not message.strip():
@@ -342,7 +369,7 @@ def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_
 
 
 @cli.command()
-@click.option("--checkpoint", default="base", show_default=True, help='A sender checkpoint directory, or "base" for the start model.')
+@click.option("--checkpoint", default=None, help='A sender checkpoint or run directory (runs/grpo: its final checkpoint), or "base" for the start model (default: the newest trained sender under runs/, else base).')
 @click.option("--recipe", "recipe_path", default=None, type=click.Path(path_type=Path), help="Recipe whose [backend] and [decoder] to use (default: recipes/grpo.toml if present, else each component's defaults).")
 @click.option("--backend", default=None, help="Backend instead of the recipe's (default config).")
 @click.option("--decoder", default=None, help="Decoder instead of the recipe's, e.g. none to see the unmasked model.")
@@ -353,13 +380,14 @@ def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_
 @friendly_errors
 def chat(checkpoint, recipe_path, backend, decoder, max_emoji, temperature, seed, overrides):
     """Chat with the sender: it answers every line of stdin with emoji (a pipe works too)."""
-    from emojikit.ui.interactive import run_chat
+    from emojikit.ui.interactive import default_sender, run_chat
 
+    checkpoint = default_sender(checkpoint, say=lambda m: click.echo(m, err=True))
     run_chat(recipe_path, checkpoint=checkpoint, backend=backend, decoder=decoder, overrides=overrides, max_emoji=max_emoji, temperature=temperature, seed=seed, stream=sys.stdin, echo=click.echo)
 
 
 @cli.command()
-@click.option("--checkpoint", "checkpoints", multiple=True, help='A sender checkpoint directory or "base" (repeatable); the page offers each by a short id, never by path.')
+@click.option("--checkpoint", "checkpoints", multiple=True, help='A sender checkpoint or run directory (its final checkpoint), or "base" (repeatable); the page offers each by a short id, never by path.')
 @click.option("--recipe", "recipe_path", default=None, type=click.Path(path_type=Path), help="A grpo or eval recipe giving the components, [game] and held-out targets (default: recipes/grpo.toml).")
 @click.option("--judge", "judges", multiple=True, help="Judge(s) the page offers for Send and Watch (default: the recipe's).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; anything but loopback prints a warning.")

@@ -112,12 +112,31 @@ def check_checkpoint(checkpoint: Optional[str]) -> Optional[str]:
     any model loads."""
     if checkpoint in (None, "", "base"):
         return None
-    if not Path(checkpoint).is_dir():
-        raise InputFileError(f"--checkpoint {checkpoint}: not a checkpoint directory (or \"base\")")
+    from emojikit.stages.runs import resolve_checkpoint
+
+    try:
+        checkpoint = resolve_checkpoint(checkpoint)  # a run directory means its final checkpoint
+    except InputFileError as exc:
+        raise InputFileError(f"--checkpoint {exc} (or \"base\")") from None
     from emojikit.composition.preflight import check_checkpoint_files
 
     check_checkpoint_files(checkpoint)  # a damaged file is named before any model loads
     return str(checkpoint)
+
+
+def default_sender(checkpoint: Optional[str], runs_root: Path = Path("runs"), say: Echo = print) -> str:
+    """The checkpoint `chat` and `play` use: the one given, else the newest trained sender (the
+    final checkpoint of an sft or grpo run under runs_root), else "base"; `say` names the choice."""
+    if checkpoint:
+        return checkpoint
+    from emojikit.stages.runs import trained_senders
+
+    senders = trained_senders(runs_root)
+    if senders:
+        say(f"emojikit: sender {senders[0]} (the newest trained checkpoint under {runs_root}/; --checkpoint base for the untrained model)")
+        return str(senders[0])
+    say(f"emojikit: sender: the untrained base model (no trained run under {runs_root}/ yet; pass --checkpoint to pick one)")
+    return "base"
 
 
 def load_checkpoint(policy, checkpoint: Optional[str]) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal, Optional, Union
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from emojikit.support.bundled import SMOLLM2
 from emojikit.api.config import ConfigModel, ExistingPath
@@ -26,3 +27,16 @@ class LocalConfig(ConfigModel):
     threads: Optional[int] = Field(None, ge=1, description="torch CPU threads for this process (default: torch's choice); 1 is often fastest on a shared, busy machine")
     seed: Optional[int] = Field(None, description="seed for LoRA init and sampling (default: the run seed)")
     init_from: Optional[ExistingPath] = Field(None, description="a saved checkpoint (adapter folder) to start from, e.g. an SFT adapter; it is also the reference policy for KL, and its LoRA config replaces the one above")
+
+    @field_validator("init_from")
+    @classmethod
+    def _run_dir_means_its_final_checkpoint(cls, value: Optional[Path]) -> Optional[Path]:
+        from emojikit.api.errors import InputFileError
+        from emojikit.stages.runs import resolve_checkpoint
+
+        if value is None:
+            return None
+        try:
+            return Path(resolve_checkpoint(str(value)))
+        except InputFileError as exc:
+            raise ValueError(str(exc)) from None

@@ -25,6 +25,8 @@ def build_local_policy(config: LocalConfig, ctx: BuildContext):
 
 def check_model_available(config: LocalConfig, ctx: BuildContext) -> None:
     """Fail during validation, before anything loads, when the model cannot be found offline."""
+    if (problem := bundled.model_problem(config.model)) is not None:
+        raise ModelUnavailableError(problem)
     if config.model.startswith("bundled:"):
         bundled.resolve_model(config.model)
         return

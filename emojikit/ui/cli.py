@@ -231,11 +231,15 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: the recipe's out).")
 @click.option("--human-games", type=click.Path(path_type=Path), default=None, help="A human_games.jsonl from `emojikit serve`: people's success and similarity per checkpoint next to the model judge's (default checkpoints: those people played).")
+@click.option("--repair-states", type=click.Path(path_type=Path), default=None, help="A repair states file (emojikit repair-states): every sender plays turn 2 only on its first-turn misses, next to the baselines own, repeat and teacher:lexicon-repair; repair.md/.json with paired comparisons.")
 @friendly_errors
-def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judge, overrides, out, human_games):
+def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judge, overrides, out, human_games, repair_states):
     """The held-out retrieval game for several checkpoints: same targets, judge and seed."""
     from emojikit.composition.recipe import load_recipe
     from emojikit.stages.runs import RunDir
+
+    if repair_states is not None:
+        return repair_eval(recipe_path, repair_states, checkpoints, judge, overrides, out, conflicting=targets or n_targets or human_games)
 
     people = None
     if human_games is not None:
@@ -300,6 +304,55 @@ def mask_model(model: str) -> str:
     if (problem := model_problem(model, "--model")) is not None:
         raise ConfigError(problem)
     return model
+
+
+def repair_eval(recipe_path: Path, states: Path, senders, judge, overrides, out, conflicting) -> None:
+    """`eval --repair-states`: the senders (checkpoints, base, own, repeat, teacher:NAME) on the states' turn 2."""
+    from emojikit.api.errors import ConfigError
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.evaluation.repair import evaluate_repair, read_states, write_repair_report
+    from emojikit.stages.runs import RunDir
+
+    if conflicting:
+        raise ConfigError("--repair-states plays the states' targets: leave out --targets, -n and --human-games")
+    read_states(states)  # a bad file fails before any model loads
+    recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judge}, settings={"out": str(out)} if out else {})
+    existing = recipe.out.is_dir() and any(p.name != ".lock" for p in recipe.out.iterdir())
+    with RunDir(recipe.out, resume=existing, recipe_toml=recipe.to_toml(), check_recipe=False) as run_dir:
+        results = evaluate_repair(recipe, states, list(senders), recipe.settings["eval"].temperature, run_dir.path)
+        click.echo(write_repair_report(results, run_dir.path))
+    click.echo(f"wrote {recipe.out / 'repair.md'} and repair.json")
+
+
+@cli.command("repair-states")
+@click.option("--recipe", "recipe_path", default="recipes/eval.toml", show_default=True, type=click.Path(path_type=Path), help="Recipe giving the backend, decoder, judge, reward, [game] and the [eval] temperature.")
+@click.option("--checkpoint", default="base", show_default=True, help='The sender whose first-turn misses become the states (the SFT checkpoint), "base" or teacher:NAME.')
+@click.option("--targets", type=click.Path(path_type=Path), default=None, help="Held-out targets (as eval reads them; default: the recipe's prompt source).")
+@click.option("-n", "n_targets", type=click.IntRange(min=1), default=None, help="Play only the first N targets (512 from the prompt source).")
+@click.option("--judge", default=None, help="Judge component instead of the recipe's (states are per judge: its wrong guesses).")
+@click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
+@click.option("--out", "states_file", required=True, type=click.Path(path_type=Path), help="The states file to write (JSONL; never over an existing one).")
+@friendly_errors
+def repair_states(recipe_path: Path, checkpoint: str, targets, n_targets, judge, overrides, states_file: Path):
+    """Make a repair benchmark: play the 2-turn game once with CHECKPOINT at the evaluation
+    temperature and save its first-turn misses with the judge's wrong guesses."""
+    import tempfile
+
+    from emojikit.api.errors import ConfigError
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.evaluation.repair import make_states, states_targets
+
+    if checkpoint != "base" and not checkpoint.startswith("teacher:") and not Path(checkpoint).is_dir():
+        raise ConfigError(f"--checkpoint {checkpoint}: not a checkpoint directory (or base, or teacher:NAME)")
+    if Path(states_file).exists():
+        raise ConfigError(f"--out {states_file}: already exists; repair states are made once and reused (choose another name)")
+    recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judge})
+    temperature = recipe.settings["eval"].temperature if "eval" in recipe.settings else 0.3
+    with tempfile.TemporaryDirectory(prefix="emojikit-states-") as scratch:
+        chosen = states_targets(recipe, targets, n_targets, Path(scratch))
+        header = make_states(recipe, checkpoint, chosen, states_file, temperature, Path(scratch))
+    click.echo(f"{header['states']} states ({header['played']} targets played, {header['first_turn_wins']} first-turn wins, "
+               f"{header['own_repair_wins']} repaired by the sender's own turn 2) -> {states_file}")
 
 
 @cli.command()

@@ -55,9 +55,9 @@ def keywords(seq: str) -> Optional[tuple[str, ...]]:
 
 
 class KeywordsJudge(RetrievalJudge):
-    def __init__(self, candidates=(), later_turn_weight: float = 1.5, max_keywords: int = 8, minilm=None, belief_temperature: float = 0.05):
+    def __init__(self, candidates=(), later_turn_weight: float = 1.5, max_keywords: int = 8, minilm=None, belief_temperature: float = 0.05, repeat_guesses: bool = False):
         self.max_keywords = max_keywords
-        super().__init__(candidates, later_turn_weight=later_turn_weight, minilm=minilm, belief_temperature=belief_temperature)
+        super().__init__(candidates, later_turn_weight=later_turn_weight, minilm=minilm, belief_temperature=belief_temperature, repeat_guesses=repeat_guesses)
 
     def turn_names(self, emoji_text: str) -> str:
         """One turn as the keywords of its emoji, emoji by emoji: "party pizza food; rain umbrella"."""
@@ -66,4 +66,4 @@ class KeywordsJudge(RetrievalJudge):
 
 
 def build(cfg: KeywordsConfig, ctx: BuildContext) -> KeywordsJudge:
-    return KeywordsJudge(draw_distractors(cfg, ctx), later_turn_weight=cfg.later_turn_weight, max_keywords=cfg.max_keywords, belief_temperature=cfg.belief_temperature)
+    return KeywordsJudge(draw_distractors(cfg, ctx), later_turn_weight=cfg.later_turn_weight, max_keywords=cfg.max_keywords, belief_temperature=cfg.belief_temperature, repeat_guesses=cfg.repeat_guesses)

@@ -5,7 +5,7 @@ The query of an episode is built from all its emoji turns so far: each turn's em
 joined ("pizza, fork and knife with plate") are embedded, and the query is the weighted sum
 of the turn embeddings, turn t (from 0) weighing `later_turn_weight ** t`, so a correcting
 turn can outweigh the first one. The judge never repeats a guess it already made in the
-episode: its earlier guesses (JudgeView.guesses) are masked out of the pool. Its belief in
+episode (unless repeat_guesses): its earlier guesses (JudgeView.guesses) are masked out of the pool. Its belief in
 the true target (`TargetBelief`) is the softmax of the same cosines over the pool.
 """
 
@@ -47,6 +47,10 @@ class RetrievalConfig(ConfigModel):
     belief_temperature: float = Field(
         0.05, gt=0, description="The judge's belief in each candidate is softmax(cosine / belief_temperature) over the pool "
         "(read by the similarity reward's listener_weight); lower is more certain."
+    )
+    repeat_guesses: bool = Field(
+        False, description="May guess a message it already guessed in the episode (off: earlier guesses leave the pool, so a "
+        "resent answer still moves the game; on: a repair must change the reading, the repair benchmark's third reader)."
     )
 
 
@@ -92,9 +96,10 @@ def draw_distractors(cfg: RetrievalConfig, ctx: BuildContext) -> list[str]:
 
 
 class RetrievalJudge:
-    def __init__(self, candidates: Sequence[str] = (), later_turn_weight: float = 1.5, minilm=None, belief_temperature: float = 0.05):
+    def __init__(self, candidates: Sequence[str] = (), later_turn_weight: float = 1.5, minilm=None, belief_temperature: float = 0.05, repeat_guesses: bool = False):
         from emojikit.play.embedding import get_minilm
 
+        self.repeat_guesses = repeat_guesses
         self.minilm = minilm or get_minilm()
         self.later_turn_weight = later_turn_weight
         self.belief_temperature = belief_temperature
@@ -141,7 +146,7 @@ class RetrievalJudge:
         # Cosine, not dot: normalising keeps weights relative however many turns there are.
         query_B_D /= np.maximum(np.linalg.norm(query_B_D, axis=1, keepdims=True), 1e-12)
         scores_B_P = query_B_D @ pool_P_D.T
-        for b, view in enumerate(views):
+        for b, view in enumerate(views if not self.repeat_guesses else ()):
             for earlier in view.guesses:
                 if earlier in self._index:
                     scores_B_P[b, self._index[earlier]] = -np.inf
@@ -180,4 +185,4 @@ class RetrievalJudge:
 
 
 def build(cfg: RetrievalConfig, ctx: BuildContext) -> RetrievalJudge:
-    return RetrievalJudge(draw_distractors(cfg, ctx), later_turn_weight=cfg.later_turn_weight, belief_temperature=cfg.belief_temperature)
+    return RetrievalJudge(draw_distractors(cfg, ctx), later_turn_weight=cfg.later_turn_weight, belief_temperature=cfg.belief_temperature, repeat_guesses=cfg.repeat_guesses)

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from emojikit.api.errors import ConfigError, OutputError
 from emojikit.api.policy import WeightsExport
 from emojikit.export import card, hub, senders
-from emojikit.support.io import atomic_directory, os_problem, writing
+from emojikit.support.io import atomic_directory, os_problem
 
 # Weights of the bundled 135M model in float32 are ~540 MB; a merged export of a larger base
 # needs more, which the backend's own write reports if it runs out.
@@ -56,9 +56,16 @@ def export(ref: str, out: Path, *, merged: bool = True, push_to: Optional[str] =
     policy = senders.build(sender, settings=settings, tables=("backend",))["backend"]
     if not isinstance(policy, WeightsExport):
         raise ConfigError(f"[backend] {use}: this backend cannot export weights (it has no export_weights)")
-    with writing(out, f"exporting to {out}; nothing is left at {out}"), atomic_directory(out, replace=False) as tmp:
-        info = policy.export_weights(str(tmp), merged=merged, system_prompt=sender.system_prompt)
-        (tmp / "README.md").write_text(card.model_card(sender, info, merged=merged, repo_id=push_to), encoding="utf-8")
+    try:
+        with atomic_directory(out, replace=False) as tmp:
+            info = policy.export_weights(str(tmp), merged=merged, system_prompt=sender.system_prompt)
+            (tmp / "README.md").write_text(card.model_card(sender, info, merged=merged, repo_id=push_to), encoding="utf-8")
+    except OSError as exc:
+        if (problem := os_problem(exc)) is None:
+            raise
+        failed = Path(exc.filename) if exc.filename else out
+        shown = out / failed.name if failed.parent.name.startswith(f".{out.name}.") else failed  # named as it would be in OUT
+        raise OutputError(f"{shown}: {problem} while exporting; nothing was left at {out}") from None
     echo(f"wrote {out}: {'merged model' if merged else 'PEFT adapter'} ({info.get('dtype')}), base {info['base_model']}, model card README.md")
     if push_to is not None:
         url = hub.push(out, push_to, private=not public)

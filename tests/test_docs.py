@@ -64,7 +64,7 @@ def test_every_cli_command_has_a_section():
 
 def test_every_builtin_component_is_documented():
     specs = builtin_components()
-    assert {s.kind for s in specs} == {"prompt_source", "teacher", "judge", "reward", "decoder", "backend"}
+    assert {"prompt_source", "teacher", "judge", "reward", "decoder", "backend"} <= {s.kind for s in specs}
     reference = (DOCS / "reference.md").read_text(encoding="utf-8")
     concepts = (DOCS / "concepts.md").read_text(encoding="utf-8")
     readme = README.read_text(encoding="utf-8")

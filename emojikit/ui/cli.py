@@ -14,7 +14,6 @@ from emojikit.api.errors import EmojikitError
 from emojikit.composition.registry import KINDS, get_registry
 from emojikit.api.secrets import scrub
 
-KIND_ALIASES = {k.replace("_", "-"): k for k in KINDS}
 MAX_TEMPERATURE = 5.0  # beyond this, sampling is noise
 SEED_MAX = 2**32 - 1
 
@@ -68,9 +67,11 @@ class OneLineErrors(click.Group):
 def _kind(value: str) -> str:
     from emojikit.api.errors import ConfigError
 
-    kind = KIND_ALIASES.get(value, value)
+    from emojikit.composition.registry import canonical_kind, did_you_mean
+
+    kind = canonical_kind(value)  # prompt_source, prompt-source and "prompt source" are one kind
     if kind not in KINDS:  # one line like every other bad input, not click's usage block
-        raise ConfigError(f"{value!r} is not a component kind; kinds: {', '.join(KIND_ALIASES)}")
+        raise ConfigError(f"{value!r} is not a component kind{did_you_mean(value, KINDS)}; kinds: {', '.join(KINDS)}")
     return kind
 
 
@@ -150,18 +151,21 @@ def list_plugins(kind: str | None, as_json: bool):
         click.echo(f"FAILED         {f.plugin:<14} {f.distribution:<34} {f.error}")
 
 
-@cli.command()
-@click.argument("kind")
-@click.argument("name")
-@friendly_errors
-def describe(kind: str, name: str):
-    """Show every config field of a component: type, default and help."""
+def loop_tables() -> dict[str, tuple[str, list[str]]]:
+    """Recipe tables of loop settings ([grpo], [game], ...) -> (settings model ref, recipe kinds using it)."""
+    from emojikit.composition.recipe import RECIPE_SHAPES
+
+    tables: dict[str, tuple[str, list[str]]] = {}
+    for recipe_kind, shape in RECIPE_SHAPES.items():
+        for table, ref in shape["settings"].items():
+            tables.setdefault(table, (ref, []))[1].append(recipe_kind)
+    return tables
+
+
+def echo_fields(model: type[BaseModel]) -> None:
+    """Every field of a settings model: name, type, default, and its help on the next line."""
     from emojikit.api.config import describe_type
 
-    spec = get_registry().get(_kind(kind), name)
-    click.echo(f"{spec.kind} {spec.name}: {spec.summary}")
-    click.echo(f"  from plugin {spec.plugin} ({spec.distribution} {spec.version})")
-    model: type[BaseModel] = spec.config
     if not model.model_fields:
         click.echo("  (no settings)")
     for field_name, field in model.model_fields.items():
@@ -169,6 +173,42 @@ def describe(kind: str, name: str):
         click.echo(f"  {field_name}: {describe_type(field.annotation, field.metadata)} = {default}")
         if field.description:
             click.echo(f"      {field.description}")
+
+
+@cli.command()
+@click.argument("kind", metavar="KIND|TABLE")
+@click.argument("name", required=False)
+@friendly_errors
+def describe(kind: str, name: str | None):
+    """Show every setting of a component (KIND NAME: judge retrieval) or of a recipe's loop
+    table (TABLE: grpo, sft, game, data, eval): type, default and help. KIND alone lists its
+    components."""
+    from emojikit.api.errors import ConfigError
+    from emojikit.composition.recipe import import_object
+
+    tables = loop_tables()
+    table = kind.strip().strip("[]").lower()
+    if table in tables:
+        if name not in (None, "settings"):
+            raise ConfigError(f"describe {kind}: [{table}] is a recipe table, not a component kind; run: emojikit describe {table}")
+        ref, recipe_kinds = tables[table]
+        model = import_object(ref)
+        click.echo(f"[{table}] in {' and '.join(recipe_kinds)} recipes ({ref.replace(':', '.')})")
+        echo_fields(model)
+        return
+    try:
+        canonical = _kind(kind)
+    except ConfigError:
+        raise ConfigError(f"{kind!r} is neither a component kind nor a recipe table; kinds: {', '.join(KINDS)}; tables: {', '.join(tables)}") from None
+    if name is None:
+        for c in get_registry().components(canonical):
+            click.echo(f"{c.kind} {c.name:<14} {c.summary}")
+        click.echo(f"(settings of one: emojikit describe {canonical} NAME)")
+        return
+    spec = get_registry().get(canonical, name)
+    click.echo(f"{spec.kind} {spec.name}: {spec.summary}")
+    click.echo(f"  from plugin {spec.plugin} ({spec.distribution} {spec.version})")
+    echo_fields(spec.config)
 
 
 @cli.command("eval-sft")

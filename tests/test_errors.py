@@ -89,7 +89,7 @@ CASES = [
     # CLI arguments
     Case("set-not-a-table", ["run", "sft.toml", "--set", "kind.name=x"], ["--set kind.name=x: kind is not a table"]),
     Case("set-wrong-type", ["run", "sft.toml", "--set", "seed=abc"], ["sft.toml: seed: expected an integer, got 'abc'"]),
-    Case("list-plugins-unknown-kind", ["list-plugins", "--kind", "judges"], ["'judges' is not a component kind; kinds: prompt-source, teacher, judge"]),
+    Case("list-plugins-unknown-kind", ["list-plugins", "--kind", "judges"], ["'judges' is not a component kind (did you mean 'judge'?); kinds: prompt_source, teacher, judge"]),
     Case("describe-unknown-component", ["describe", "teacher", "lexicn"], ["lexicn", "did you mean 'lexicon'"]),
     # environment
     Case("anthropic-key-missing", ["run", str(RECIPES / "claude-data.toml")], ["[prompts] the claude prompt source needs an API key: set ANTHROPIC_API_KEY in the environment or in a .env file"], setup=no_keys),

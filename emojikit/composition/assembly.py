@@ -103,10 +103,10 @@ PEER_NAMES: dict[str, tuple[str, str]] = {
 
 
 def unknown_key_hint(key: str, fields) -> str:
-    """` (did you mean 'kl_coef'? TRL's `beta`)` for a peer's name, else a spelling match."""
+    """` (did you mean 'kl_coef'? `beta` is TRL's name)` for a peer's name, else a spelling match."""
     peer = PEER_NAMES.get(key.lower())
     if peer is not None and peer[0] in fields:
-        return f" (did you mean {peer[0]!r}? {peer[1]} `{key}`)"
+        return f" (did you mean {peer[0]!r}? `{key}` is {peer[1]} name)"
     return did_you_mean(key, fields)
 
 

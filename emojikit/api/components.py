@@ -1,4 +1,4 @@
-"""The component spec every hook returns, and the interfaces of the six component kinds.
+"""The component spec every hook returns, and the interfaces of the seven component kinds.
 
 Interfaces are Protocols so plugins need not inherit from anything; the training loops and
 the game speak only to these. Optional capabilities are Protocols of their own
@@ -48,6 +48,9 @@ class Component:
     factory: Callable[[Any, BuildContext], Any]
     preflight: Optional[Callable[[Any, BuildContext], None]] = None
     needs_key: Optional[str] = None
+    # A key the component uses when it is set and works without (W&B: online with it,
+    # offline without): declared so its value is scrubbed, never required.
+    optional_key: Optional[str] = None
     # Filled by the registry: which plugin and distribution provided the component.
     kind: str = ""
     plugin: str = ""
@@ -226,3 +229,52 @@ class BindingReport(Protocol):
     def binding_report(self, model: str, export: Optional[Path] = None) -> list[tuple[str, str]]:
         """(label, value) rows describing the decoder bound to MODEL's tokenizer; `export`
         writes its per-state masks to that file."""
+
+
+# --- trackers --------------------------------------------------------------------------
+
+
+@dataclass
+class TrackedRun:
+    """What a tracker is told about the run it records (Tracker.start).
+
+    `config` is the resolved recipe with secrets redacted; `code` is the run's code.json
+    (emojikit version, git commit and dirty flag, plugin distributions). `resume_id` is the id
+    this tracker's start() returned for the same run directory before (a resumed run), else None.
+    """
+
+    name: str  # the recipe's name, e.g. "grpo"
+    kind: str  # data | sft | grpo | eval
+    run_dir: Path
+    config: dict
+    code: dict = field(default_factory=dict)
+    resume_id: Optional[str] = None
+    resume_step: Optional[int] = None  # the last step sent to it before; later ones come again
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """Sends a run to an experiment tracker. emojikit.stages.tracking calls it; metrics.jsonl
+    stays the source of truth, so a tracker that raises is warned about once and dropped."""
+
+    def start(self, run: TrackedRun) -> str:
+        """Open the tracker's run (with run.resume_id: continue that one); returns its id,
+        which emojikit keeps in the run directory (trackers.json) for a resume."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """One step's numeric metrics, handed to the tracker's store before returning."""
+
+    def log_table(self, name: str, columns: list[str], rows: list[list]) -> None:
+        """A table (held-out game, comparison, sample episodes), as a table or as text."""
+
+    def finish(self, status: str) -> None:
+        """Close the run; status is "finished", "failed" or "interrupted"."""
+
+
+@runtime_checkable
+class StoredStep(Protocol):
+    """Optional tracker capability: the last metrics step the tracker's own store holds for the
+    run (None when it holds none). On resume, steps after it are sent again from
+    metrics.jsonl, so a write the tracker lost to kill -9 leaves no gap and none comes twice."""
+
+    def stored_step(self) -> Optional[int]: ...

@@ -13,6 +13,7 @@ KIND_HOOKS = {
     "reward": "register_rewards",
     "decoder": "register_decoders",
     "backend": "register_backends",
+    "tracker": "register_trackers",
 }
 
 
@@ -44,3 +45,8 @@ def register_decoders():
 @hookspec
 def register_backends():
     """Backends: build a trainable Policy (the sender)."""
+
+
+@hookspec
+def register_trackers():
+    """Trackers: send a run's config, per-step metrics and tables to an experiment tracker."""

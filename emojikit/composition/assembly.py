@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional, Union
 
 from pydantic import BaseModel, ValidationError
 
-from emojikit.api.components import BuildContext, Component, Decoder, Judge, PromptSource, Reward, Teacher
+from emojikit.api.components import BuildContext, Component, Decoder, Judge, PromptSource, Reward, Teacher, Tracker
 from emojikit.api.errors import ConfigError, EmojikitError, PluginError
 from emojikit.api.policy import Policy
 from emojikit.composition.registry import Registry, did_you_mean, get_registry
@@ -39,6 +39,7 @@ COMPONENT_TABLES = {
     "backend": "backend",
 }
 TABLE_OF_KIND = {kind: table for table, kind in COMPONENT_TABLES.items()}
+TABLE_OF_KIND["tracker"] = "tracking"  # [tracking] use = [...] picks several (composition.recipe)
 
 # What a built component of each kind must provide (docs/plugins.md has the whole contract).
 KIND_PROTOCOLS: dict[str, type] = {
@@ -48,6 +49,7 @@ KIND_PROTOCOLS: dict[str, type] = {
     "reward": Reward,
     "decoder": Decoder,
     "backend": Policy,
+    "tracker": Tracker,
 }
 
 Settings = Union[Mapping[str, Any], BaseModel, None]

@@ -28,6 +28,9 @@ else:  # pragma: no cover
 
 RECIPE_KINDS = ("data", "sft", "grpo", "eval")
 TOP_LEVEL_KEYS = ("kind", "name", "seed", "out")
+# Every kind may send its run to trackers: `[tracking] use = ["tensorboard", "wandb"]`, each
+# tracker's settings in a table named after it (`[tracking.wandb] project = "..."`).
+TRACKING_TABLE = "tracking"
 
 # Per recipe kind: required component tables, optional ones, and loop tables
 # (table -> "module:SettingsModel"; the loop modules keep torch out of their top level).
@@ -80,6 +83,7 @@ class Recipe:
     overrides: list[str] = field(default_factory=list)  # the --set values it was loaded with
     resume_command: Optional[str] = None  # set by emojikit.stages.pipeline: the command that continues the whole chain
     registry: Optional[Registry] = field(repr=False, default=None)  # where the components were found
+    trackers: list[ComponentChoice] = field(default_factory=list)  # [tracking] use, in order
 
     def has(self, table: str) -> bool:
         return table in self.components
@@ -191,14 +195,15 @@ def load_recipe(
     *,
     choices: Optional[Mapping[str, Optional[str]]] = None,
     settings: Optional[Mapping[str, Any]] = None,
+    trackers: Sequence[str] = (),
 ) -> Recipe:
     """Load and validate a recipe; raises ConfigError listing every problem on one line.
 
     `overrides` are `--set table.key=value` texts; `choices` and `settings` come from CLI
-    flags (see resolve_data for the order)."""
+    flags (see resolve_data for the order); `trackers` (--tracker) join [tracking] use."""
     path = Path(path)
     registry = registry or get_registry()
-    data = resolve_data(read_toml(path), overrides or [], choices=choices, settings=settings)
+    data = with_trackers(resolve_data(read_toml(path), overrides or [], choices=choices, settings=settings), trackers)
     errors: list[str] = []
 
     kind = data.get("kind")
@@ -218,7 +223,7 @@ def load_recipe(
     if not isinstance(out, str):
         errors.append("out: expected a path string")
 
-    allowed_tables = set(shape["required"]) | set(shape["optional"]) | set(shape["settings"])
+    allowed_tables = set(shape["required"]) | set(shape["optional"]) | set(shape["settings"]) | {TRACKING_TABLE}
     for key, value in data.items():
         if key in TOP_LEVEL_KEYS:
             continue
@@ -258,15 +263,60 @@ def load_recipe(
         except ValidationError as exc:
             errors.extend(format_validation(table, model, exc))
 
+    trackers = choose_trackers(data.get(TRACKING_TABLE), registry, errors)
+
     if errors:
         raise ConfigError(f"{path}: " + "; ".join(errors))
 
-    recipe = Recipe(path, kind, name, seed, Path(out), components, loop_settings, data, overrides=list(overrides or []), registry=registry)
+    recipe = Recipe(path, kind, name, seed, Path(out), components, loop_settings, data, overrides=list(overrides or []), registry=registry, trackers=trackers)
     # Preflight: declared API keys, files. Still before any model load or network call.
-    errors = preflight_errors(components.values(), recipe.context())
+    errors = preflight_errors([*components.values(), *trackers], recipe.context())
     if errors:
         raise ConfigError(f"{path}: " + "; ".join(errors))
     return recipe
+
+
+def tracker_names(body: Any) -> list[str]:
+    """The names of [tracking] use: one string or a list of them (checked by choose_trackers)."""
+    use = body.get("use", []) if isinstance(body, dict) else []
+    return [use] if isinstance(use, str) else list(use) if isinstance(use, list) else []
+
+
+def with_trackers(data: dict, names: Sequence[str]) -> dict:
+    """`data` with `names` (from --tracker) added to [tracking] use, each once."""
+    if not names:
+        return data
+    data = copy.deepcopy(data)
+    body = data.setdefault(TRACKING_TABLE, {})
+    if not isinstance(body, dict):
+        return data  # load_recipe reports the table
+    body["use"] = list(dict.fromkeys([*tracker_names(body), *names]))
+    return data
+
+
+def choose_trackers(body: Any, registry: Registry, errors: list[str]) -> list[ComponentChoice]:
+    """[tracking]: `use` names trackers (a string or a list); a table named after a tracker
+    holds its settings. Problems are appended to `errors`."""
+    if body is None or not isinstance(body, dict):
+        return []  # a non-table [tracking] is reported with the other tables
+    use = body.get("use", [])
+    if not (isinstance(use, str) or (isinstance(use, list) and all(isinstance(u, str) for u in use))):
+        errors.append(f"[{TRACKING_TABLE}] use: expected a tracker name or a list of them, e.g. [\"tensorboard\", \"wandb\"]")
+        return []
+    names = tracker_names(body)
+    for key, value in body.items():
+        if key != "use" and key not in names:
+            errors.append(f"[{TRACKING_TABLE}] {key}: settings of a tracker that use does not name (use = {names})")
+        elif key != "use" and not isinstance(value, dict):
+            errors.append(f"[{TRACKING_TABLE}] {key}: expected a table of that tracker's settings")
+    chosen = []
+    for name in dict.fromkeys(names):
+        settings = body.get(name) if isinstance(body.get(name), dict) else {}
+        try:
+            chosen.append(choose("tracker", name, settings, BuildContext(registry=registry), table=f"{TRACKING_TABLE}.{name}"))
+        except EmojikitError as exc:
+            errors.append(str(exc))
+    return chosen
 
 
 # --- writing ---------------------------------------------------------------------------

@@ -117,6 +117,10 @@ class Registry:
         self.failures.append(PluginFailure(plugin, dist, error))
         warnings.warn(f"emojikit plugin {plugin!r} failed to load: {error}", stacklevel=3)
 
+    def plugins(self) -> list[tuple[str, str, str]]:
+        """(plugin, distribution, version) of every registered plugin, by name."""
+        return sorted((name, *origin) for name, origin in self._origin.items())
+
     # -- lookup ----------------------------------------------------------------------
 
     def _collect(self) -> dict[str, dict[str, Component]]:
@@ -139,8 +143,9 @@ class Registry:
                         self._fail(impl.plugin_name, dist, TypeError(f"{hook_name} returned {type(spec).__name__}, not Component"))
                         continue
                     spec.kind, spec.plugin, spec.distribution, spec.version = kind, impl.plugin_name, dist, version
-                    if spec.needs_key:
-                        declare_key(spec.needs_key)
+                    for key in (spec.needs_key, spec.optional_key):
+                        if key:
+                            declare_key(key)
                     if (kind, spec.name) in clashes:
                         clashes[kind, spec.name].providers.append(spec)
                     elif spec.name in table[kind]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -28,7 +28,7 @@ from emojikit.stages import runs
 from emojikit.api.errors import ConfigError, RunDirectoryError
 from emojikit.stages.fingerprint import SHORT, changed_keys, fingerprint, input_digests, path_strings
 from emojikit.support.io import atomic_write_text
-from emojikit.composition.recipe import Recipe, check_ready, load_recipe, redact
+from emojikit.composition.recipe import TRACKING_TABLE, Recipe, check_ready, load_recipe, redact
 
 STAGE_FILE = "stage.json"
 
@@ -49,6 +49,7 @@ class Stage:
     action: str  # reuse | resume | run | skip
     run_dir: Path
     why: str
+    trackers: list[str] = field(default_factory=list)  # --tracker names: every stage of the command sends to them
 
     @property
     def kind(self) -> str:
@@ -86,7 +87,8 @@ def declared_inputs(recipe: Recipe, has_upstream: bool) -> list[Path]:
 
 
 def stage_payload(recipe: Recipe, ref: Optional[tuple[str, str, str]], upstream: Optional[Stage]) -> dict:
-    data = {k: v for k, v in redact(recipe.data).items() if k != "out"}
+    # Where a run lives and which trackers watch it do not change what it computes.
+    data = {k: v for k, v in redact(recipe.data).items() if k not in ("out", TRACKING_TABLE)}
     # A recipe named as upstream counts by its fingerprint (or not at all, when plain paths win).
     table, key, _ = UPSTREAM_KEYS.get(recipe.kind, ("", "", ()))
     skip = frozenset({(table, key)}) if str(recipe.data.get(table, {}).get(key, "")).endswith(".toml") else frozenset()
@@ -179,11 +181,12 @@ def decide(out: Path, fp: str, payload: dict, force_resume: bool) -> tuple[str, 
 # --- the plan ---------------------------------------------------------------------------------
 
 
-def plan(path: Path | str, overrides: Optional[list[str]] = None, *, resume: bool = False, no_upstream: bool = False) -> list[Stage]:
+def plan(path: Path | str, overrides: Optional[list[str]] = None, *, resume: bool = False, no_upstream: bool = False, trackers: Optional[list[str]] = None) -> list[Stage]:
     """Every stage of the chain ending in `path`, upstream first, each with its decision.
-    Validates every recipe of the chain before anything runs."""
+    Validates every recipe of the chain before anything runs. `trackers` (--tracker) join
+    [tracking] use of every stage (unlike --set, which applies to the named recipe only)."""
     stages: list[Stage] = []
-    _plan_stage(Path(path), list(overrides or []), stages, [], resume)
+    _plan_stage(Path(path), list(overrides or []), stages, [], resume, list(trackers or []))
     needed = True
     for stage in reversed(stages):  # a reused stage needs nothing from upstream
         if not needed and stage.action != "reuse":
@@ -197,23 +200,23 @@ def plan(path: Path | str, overrides: Optional[list[str]] = None, *, resume: boo
     return stages
 
 
-def _plan_stage(path: Path, overrides: list[str], stages: list[Stage], chain: list[Path], resume: bool) -> Stage:
+def _plan_stage(path: Path, overrides: list[str], stages: list[Stage], chain: list[Path], resume: bool, trackers: list[str]) -> Stage:
     if path.resolve() in chain:
         loop = " -> ".join(str(p) for p in chain + [path.resolve()])
         raise ConfigError(f"{path}: recipes name each other in a loop: {loop}")
-    recipe = load_recipe(path, overrides)
+    recipe = load_recipe(path, overrides, trackers=trackers)
     ref = upstream_ref(recipe)
     upstream = None
     if ref is not None:
         table, key, value = ref
-        upstream = _plan_stage(Path(value), [], stages, chain + [path.resolve()], False)
+        upstream = _plan_stage(Path(value), [], stages, chain + [path.resolve()], False, trackers)
         kinds = UPSTREAM_KEYS[recipe.kind][2]
         if upstream.kind not in kinds:
             raise ConfigError(f"{path}: [{table}] {key}: {value} is a {upstream.kind} recipe; expected a {' or '.join(kinds)} recipe")
     payload = stage_payload(recipe, ref, upstream)
     fp = fingerprint(payload)
     action, run_dir, why = decide(recipe.out, fp, payload, resume)
-    stage = Stage(path, overrides, recipe, upstream, payload, fp, action, run_dir, why)
+    stage = Stage(path, overrides, recipe, upstream, payload, fp, action, run_dir, why, trackers)
     stages.append(stage)
     return stage
 
@@ -260,7 +263,7 @@ def resume_command(stages: list[Stage], stage: Stage) -> str:
     """The command that continues an interrupted stage: the named recipe again (stages resume by
     themselves); --resume only where it names the same directory, so older habits still work."""
     named = stages[-1]
-    sets = "".join(f" --set {shlex.quote(o)}" for o in named.overrides)
+    sets = "".join(f" --set {shlex.quote(o)}" for o in named.overrides) + "".join(f" --tracker {shlex.quote(t)}" for t in named.trackers)
     flag = " --resume" if stage is named and stage.run_dir == stage.recipe.out else ""
     return f"emojikit run {shlex.quote(str(named.path))}{sets}{flag}"
 
@@ -270,7 +273,9 @@ def run_stage(stage: Stage, command: str, announce: Callable[[], None] = lambda:
     (an error before that is the command's only line)."""
     from emojikit.stages.runs import RunDir
 
-    recipe = load_recipe(stage.path, stage.overrides + derived_overrides(stage))
+    from emojikit.stages.tracking import tracked
+
+    recipe = load_recipe(stage.path, stage.overrides + derived_overrides(stage), trackers=stage.trackers)
     recipe.resume_command = command
     check_ready(recipe)  # what the run would reject before training, before the run directory
     runner = recipe.runner()  # imported before the run directory is touched
@@ -278,7 +283,8 @@ def run_stage(stage: Stage, command: str, announce: Callable[[], None] = lambda:
         run_dir.resume_hint = recipe.resume_hint()
         announce()
         write_record(run_dir.path, stage, "running")
-        runner(recipe, run_dir)
+        with tracked(recipe, run_dir):  # code.json, and the trackers of [tracking] (off by default)
+            runner(recipe, run_dir)
         write_record(run_dir.path, stage, "finished", stage_output(stage.kind, run_dir.path))
 
 

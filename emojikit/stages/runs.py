@@ -3,6 +3,8 @@
 Layout of runs/<name>/:
   recipe.toml        the resolved recipe, secrets redacted
   metrics.jsonl      one JSON object per step, appended atomically (single write + fsync)
+  code.json          the code the run ran: emojikit version, git commit, dirty flag, plugins
+  trackers/          the trackers' local files and state.json (run ids, last steps sent; [tracking])
   checkpoints/step_N a checkpoint appears under its final name only once complete
   .lock              held (flock) while a process uses the directory
 """
@@ -29,6 +31,7 @@ class RunDir:
         self.resume = resume
         self._lock_fd: Optional[int] = None
         self.resume_hint = "resume with --resume"  # the CLI sets the full command
+        self.tracking = None  # emojikit.stages.tracking.Tracking while trackers watch the run
         if self.path.exists() and not self.path.is_dir():
             raise RunDirectoryError(f"{self.path}: is a file, expected a run directory; choose another name with --set name=<new> (or out=<dir>)")
         existing = self.path.exists() and any(p.name != ".lock" for p in self.path.iterdir())
@@ -83,8 +86,11 @@ class RunDir:
         return self.path / name
 
     def log(self, name: str, row: dict) -> None:
-        """Append one row to a JSONL file of the run (metrics.jsonl, episodes.jsonl, ...)."""
+        """Append one row to a JSONL file of the run (metrics.jsonl, episodes.jsonl, ...).
+        The one place rows reach trackers: written here first, then handed on."""
         append_jsonl(self.path / name, row)
+        if self.tracking is not None:
+            self.tracking.on_row(name, row)
 
     def read(self, name: str) -> list[dict]:
         path = self.path / name
@@ -156,7 +162,8 @@ def latest_checkpoint(run_dir: Path) -> Optional[tuple[int, Path]]:
     return max(steps) if steps else None
 
 
-NO_PROGRESS = ((".lock",), ("recipe.toml",), ("stage.json",))  # files every started run has
+NO_PROGRESS = ((".lock",), ("recipe.toml",), ("stage.json",), ("code.json",))  # files every started run has
+TRACKER_FILES = "trackers"  # what trackers wrote: not the run's own progress
 
 
 def has_progress(path: Path) -> bool:
@@ -165,7 +172,7 @@ def has_progress(path: Path) -> bool:
     failed right after starting) may be started again without --resume."""
     for p in path.rglob("*"):
         rel = p.relative_to(path).parts
-        if rel in NO_PROGRESS or any(part.startswith(".") and part.endswith(".tmp") for part in rel):
+        if rel in NO_PROGRESS or rel[0] == TRACKER_FILES or any(part.startswith(".") and part.endswith(".tmp") for part in rel):
             continue
         if p.is_file() and p.stat().st_size > 0:
             return True
@@ -202,6 +209,7 @@ def recipe_differences(recorded_toml: str, new_toml: str) -> list[str]:
 # Keys that say how long a run goes or how fast this machine runs it, not what it computes:
 # --resume may change them (extend a run by more steps), and says so.
 RESUMABLE_CHANGES = ("sft.steps", "sft.epochs", "grpo.steps", "backend.threads")
+RESUMABLE_PREFIXES = ("tracking.",)  # which trackers watch a run changes nothing it computes
 
 
 def check_same_recipe(recorded: Path, recipe_toml: str) -> None:
@@ -214,7 +222,7 @@ def check_same_recipe(recorded: Path, recipe_toml: str) -> None:
         differences = recipe_differences(recorded.read_text(encoding="utf-8"), recipe_toml)
     except (UnicodeDecodeError, ValueError):
         raise RunDirectoryError(f"{recorded}: not a readable recipe; the run directory is damaged (start a new run with --set name=<new>)") from None
-    allowed = [d for d in differences if d.split(" ", 1)[0] in RESUMABLE_CHANGES]
+    allowed = [d for d in differences if d.split(" ", 1)[0] in RESUMABLE_CHANGES or d.startswith(RESUMABLE_PREFIXES)]
     if allowed:
         import sys
 

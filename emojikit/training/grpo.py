@@ -504,6 +504,18 @@ def guided_statistics(kept: list[Group], teacher_episodes: int, fallbacks: int) 
     return row
 
 
+def reward_parts(episodes: list[Episode]) -> dict:
+    """Mean and std over the step's episodes of each part of the reward's breakdown but the
+    total (that is reward_mean and reward_std): reward/<part>_mean, reward/<part>_std (0 where
+    an episode's breakdown lacks the part)."""
+    parts = sorted({key for ep in episodes for key in ep.reward if key != "total"})
+    row: dict = {}
+    for part in parts:
+        values = [float(ep.reward.get(part, 0.0)) for ep in episodes]
+        row[f"reward/{part}_mean"], row[f"reward/{part}_std"] = statistics.fmean(values), statistics.pstdev(values)
+    return row
+
+
 def step_statistics(groups: list[Group], kept: list[Group], play_seconds: float) -> dict:
     """Reward, success and sampling figures of one step's episodes."""
     row: dict = {}
@@ -511,6 +523,7 @@ def step_statistics(groups: list[Group], kept: list[Group], play_seconds: float)
     if rewards:
         episodes = [ep for group in kept for ep in group.episodes]
         row.update(reward_mean=statistics.fmean(rewards), reward_std=statistics.pstdev(rewards), **summarize(episodes))
+        row.update(reward_parts(episodes))
     else:
         row["failed_step"] = True
     sampled = [t.sample for group in groups for ep in group.episodes for t in ep.turns if t.sample is not None]

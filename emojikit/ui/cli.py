@@ -87,15 +87,16 @@ def cli():
 @click.option("--resume", is_flag=True, help="Continue RECIPE's run directory (its out) from its last checkpoint, whatever its stage.json says; an interrupted stage of an unchanged recipe resumes without it.")
 @click.option("--no-upstream", is_flag=True, help="Run only RECIPE; the recipes it names ([sft] data, [grpo] start_from) must have finished runs.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (stage, reuse/resume/run/skip, why) and exit.")
+@click.option("--tracker", "trackers", multiple=True, metavar="NAME", help="Also send every stage this command runs to this tracker (repeatable: tensorboard, trackio, wandb, mlflow or a plugin's); joins [tracking] use.")
 @friendly_errors
-def run(recipe: Path, overrides: tuple[str, ...], resume: bool, no_upstream: bool, dry_run: bool):
+def run(recipe: Path, overrides: tuple[str, ...], resume: bool, no_upstream: bool, dry_run: bool, trackers: tuple[str, ...]):
     """Validate RECIPE and the recipes it names, then run what is missing (data, sft, grpo or eval).
 
     Each stage runs in its own run directory; a finished run of the same recipe and inputs is
     reused, an interrupted one resumed, a changed recipe runs into a new directory."""
     from emojikit.stages import pipeline
 
-    stages = pipeline.plan(recipe, list(overrides), resume=resume, no_upstream=no_upstream)
+    stages = pipeline.plan(recipe, list(overrides), resume=resume, no_upstream=no_upstream, trackers=list(trackers))
     if dry_run:
         for line in pipeline.describe(stages):
             click.echo(line)
@@ -300,7 +301,9 @@ def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judge, overrid
     check_ready(recipe)  # targets and token budget, before the report directory is touched
     existing = recipe.out.is_dir() and any(p.name != ".lock" for p in recipe.out.iterdir())
     # Reports are replaced atomically, so re-evaluating into the same directory is safe.
-    with RunDir(recipe.out, resume=existing, recipe_toml=recipe.to_toml(), check_recipe=False) as run_dir:
+    from emojikit.stages.tracking import tracked
+
+    with RunDir(recipe.out, resume=existing, recipe_toml=recipe.to_toml(), check_recipe=False) as run_dir, tracked(recipe, run_dir):
         recipe.runner()(recipe, run_dir)
     if people is not None:
         from emojikit.evaluation.human_games import write_report

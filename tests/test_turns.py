@@ -167,3 +167,30 @@ def test_grpo_training_targets_leave_out_the_messages_the_start_sft_trained_on(t
     train_file.unlink()
     with pytest.raises(InputFileError, match="train_file"):
         sft_seen(str(checkpoint))
+
+
+@pytest.mark.parametrize("normalization", ["sequence", "constant"])
+def test_a_tiny_grpo_run_trains_with_each_normalization_turn_credit_and_the_centred_kl(tmp_path, tiny_model, normalization):
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from emojikit.ui.cli import cli
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "grpo"
+    args = ["run", str(root / "recipes/grpo.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "grpo.steps=1",
+            "--set", "grpo.batch_size=2", "--set", "grpo.group_size=3", "--set", "grpo.eval_targets=2", "--set", "grpo.start_from=\"base\"",
+            "--set", "game.max_turns=2", "--set", "game.max_new_tokens=6", "--set", "judge.distractors=8", "--set", "grpo.target_pool=8",
+            "--set", "grpo.compare=false", "--set", f"grpo.loss_normalization=\"{normalization}\"", "--set", "grpo.credit=\"turn\"",
+            "--set", "grpo.kl_center=true", "--set", "grpo.kl_coef=0.1", "--set", f"out={json.dumps(str(out))}"]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "first-turn success" in (out / "before_after.md").read_text()
+    [row] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    if row["datums"]:
+        assert "kl" in row and abs(row["ratio_max_deviation"]) < 1e-3  # the weighted loss still replays at ratio 1
+    assert {"first_turn_success", "repair_rate", "repair_wins", "first_turn_misses"} <= set(row)
+    evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert all("repair_rate" in r for r in evals)

@@ -44,7 +44,7 @@ class GRPOSettings(ConfigModel):
     credit: Literal["episode", "turn"] = Field(
         "episode",
         description='"episode": every turn carries the episode\'s advantage; "turn": turn k carries the reward from its own '
-        "similarity gain onward, baselined against the group's episodes that reached turn k.",
+        "similarity gain onward, baselined against the group's episodes that reached turn k (by 0 when no other did).",
     )
     normalize_std: bool = Field(False, description="Divide advantages by the group's reward std (off: it made near-equal misses look like big wins).")
     negative_weight: float = Field(
@@ -535,9 +535,13 @@ def step_statistics(groups: list[Group], kept: list[Group], play_seconds: float)
 
 
 def before_after_table(before: dict, after: dict) -> str:
-    lines = [f"Held-out game, {before['targets']} targets (same targets, judge and seed):", "", "| | success rate | mean similarity | mean turns | format violations |", "|---|---|---|---|---|"]
+    lines = [f"Held-out game, {before['targets']} targets (same targets, judge and seed):", "",
+             "| | success rate | first-turn success | repair rate (turn-2 wins / first-turn misses) | mean similarity | mean turns | format violations |", "|---|---|---|---|---|---|---|"]
     for label, row in (("before", before), ("after", after)):
-        lines.append(f"| {label} | {row['success_rate']:.3f} | {row['similarity']:.3f} | {row['mean_turns']:.2f} | {row['format_violations']:.3f} |")
+        # eval.jsonl rows of runs made before the turns were reported apart have no repair figures
+        first = f"{row['first_turn_success']:.3f}" if "first_turn_success" in row else "-"
+        repair = f"{row['repair_rate']:.3f} ({row['repair_wins']}/{row['first_turn_misses']})" if "repair_rate" in row else "-"
+        lines.append(f"| {label} | {row['success_rate']:.3f} | {first} | {repair} | {row['similarity']:.3f} | {row['mean_turns']:.2f} | {row['format_violations']:.3f} |")
     return "\n".join(lines) + "\n"
 
 

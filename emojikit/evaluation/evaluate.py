@@ -205,6 +205,15 @@ def game_metrics(episodes) -> dict:
     return {**summarize(episodes), "distinct_emoji": len(used), "episodes": len(episodes)}
 
 
+def first_turn_specificity(episodes) -> dict:
+    """Generic vs specific (metrics.specificity) of the first-turn answers: the sender's own
+    reading of each message, before any guess steers it."""
+    from emojikit.evaluation.metrics import specificity
+
+    played = [ep for ep in episodes if ep.turns]
+    return specificity([ep.target for ep in played], [ep.turns[0].emoji for ep in played])
+
+
 def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path, *, progress: bool = True) -> dict:
     """Play the same targets with every sender (same judge, same seed), with a progress bar
     over finished episodes."""
@@ -241,6 +250,7 @@ def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path,
                     sender.load(checkpoint, with_optimizer=False)
             episodes = play_all(sender, decoder)
             entry = {"masked": game_metrics(episodes), "categories": {}}
+            entry["masked"].update(first_turn_specificity(episodes))
             for category in sorted({m.category for m in targets}):
                 entry["categories"][category] = game_metrics([ep for ep in episodes if ep.category == category])
             if settings.unmasked:
@@ -263,6 +273,12 @@ def game_markdown(results: dict) -> str:
         free = f"{u['format_violations']:.3f}" if u else "-"
         repair = f"{m['repair_rate']:.3f} ({m['repair_wins']}/{m['first_turn_misses']})" if "repair_rate" in m else "-"
         lines.append(f"| {name} | {m['success_rate']:.3f} | {m.get('first_turn_success', float('nan')):.3f} | {repair} | {m['similarity']:.3f} | {m['mean_turns']:.2f} | {m['format_violations']:.3f} | {free} | {m['distinct_emoji']} |")
+    lines += ["", "Generic vs specific, first-turn answers (generic share: share of emoji among the sender's 20 most frequent; literal similarity: MiniLM of the message against the emoji's names):", "",
+              "| checkpoint | generic share | literal similarity | distinct emoji per 100 answers |", "|---|---|---|---|"]
+    for name, entry in results["checkpoints"].items():
+        m = entry["masked"]
+        if "generic_share" in m:
+            lines.append(f"| {name} | {m['generic_share']:.3f} | {m['literal_similarity']:.3f} | {m['distinct_per_100']:.1f} |")
     lines += ["", "Per category (success rate / mean similarity):", ""]
     names = list(results["checkpoints"])
     categories = sorted({c for e in results["checkpoints"].values() for c in e["categories"]})

@@ -63,3 +63,24 @@ def summarize(episodes) -> dict:
         "repair_wins": repair_wins,
         "first_turn_misses": misses,
     }
+
+
+def specificity(messages: Sequence[str], answers: Sequence[str | None], fmt: EmojiFormat = DEFAULT_FORMAT, top: int = 20) -> dict:
+    """Generic vs specific emoji, for one sender's answers to `messages`.
+
+    generic_share: the share of all answer emoji that are among the sender's own `top` most
+    frequent (a sender that answers everything with the same few emoji scores near 1);
+    literal_similarity: the mean of `literal_similarity` (0 for an invalid answer);
+    distinct_per_100: distinct emoji per 100 answers.
+    """
+    from collections import Counter
+
+    counts = Counter(e for a in answers if a and fmt.check(a) for e in emojis.split(a))
+    total = sum(counts.values())
+    common = sum(c for _, c in counts.most_common(top))
+    literal = literal_similarity(messages, answers, fmt)
+    return {
+        "generic_share": round(common / total, 4) if total else 0.0,
+        "literal_similarity": round(sum(literal) / len(literal), 4) if literal else 0.0,
+        "distinct_per_100": round(distinct_per_100([a if a and fmt.check(a) else "" for a in answers]), 1),
+    }

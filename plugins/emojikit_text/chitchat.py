@@ -141,6 +141,7 @@ def conversations() -> tuple[tuple[str, tuple[str, ...]], ...]:
     )
 
 
+@functools.lru_cache(maxsize=None)
 def is_heldout(conversation_id: str, heldout_percent: int) -> bool:
     digest = hashlib.sha256(f"emojikit-chitchat:{conversation_id}".encode()).digest()
     return int.from_bytes(digest[:4], "big") % 100 < heldout_percent
@@ -150,18 +151,25 @@ def category(text: str) -> str:
     return "chat-question" if text.rstrip().endswith("?") else "chat-statement"
 
 
+@functools.lru_cache(maxsize=1)
+def judged() -> tuple[tuple[str, str, Optional[str]], ...]:
+    """(conversation id, text, the rule it fails or None) for every utterance."""
+    return tuple((cid, text, rejection(text)) for cid, utterances in conversations() for text in utterances)
+
+
 @functools.lru_cache(maxsize=8)
 def passing(split: str, heldout_percent: int) -> tuple[tuple[str, str], ...]:
-    """(conversation id, text) of every self-contained utterance of the split, exact duplicates dropped."""
-    seen: set[str] = set()
+    """(conversation id, text) of every self-contained utterance of the split, exact duplicates
+    dropped. A text also said in a held-out chat ("What is your dream car?") is held out: the
+    training split never holds a held-out message."""
+    heldout_keys = {dedup_key(text) for cid, text, _ in judged() if is_heldout(cid, heldout_percent)}
+    seen: set[str] = set() if split == "heldout" else set(heldout_keys)
     out = []
-    for cid, utterances in conversations():
-        if is_heldout(cid, heldout_percent) != (split == "heldout"):
+    for cid, text, rule in judged():
+        if rule is not None or is_heldout(cid, heldout_percent) != (split == "heldout"):
             continue
-        for text in utterances:
-            key = dedup_key(text)
-            if key in seen or not self_contained(text):
-                continue
+        key = dedup_key(text)
+        if key not in seen:
             seen.add(key)
             out.append((cid, text))
     return tuple(out)
@@ -212,26 +220,30 @@ class ChitchatSource:
             for text in texts[:n]:
                 yield Message(text, category(text))
             return
+        from tqdm import tqdm
+
         from emojikit.play.embedding import get_minilm
 
         minilm = get_minilm()
         kept = np.zeros((0, minilm.dim), dtype=np.float32)
         yielded = 0
-        for start in range(0, len(texts), ENCODE_CHUNK):
-            chunk = texts[start : start + ENCODE_CHUNK]
-            emb = minilm.encode(chunk)
-            earlier = (emb @ kept.T).max(axis=1) if len(kept) else np.full(len(chunk), -1.0)
-            within = emb @ emb.T
-            chosen: list[int] = []
-            for i, text in enumerate(chunk):
-                if earlier[i] >= threshold or (chosen and within[i, chosen].max() >= threshold):
-                    continue
-                chosen.append(i)
-                yield Message(text, category(text))
-                yielded += 1
-                if yielded >= n:
-                    return
-            kept = np.concatenate([kept, emb[chosen]])
+        with tqdm(total=min(n, len(texts)), desc="chitchat: near-duplicate check", unit="msg", disable=n < ENCODE_CHUNK) as bar:
+            for start in range(0, len(texts), ENCODE_CHUNK):
+                chunk = texts[start : start + ENCODE_CHUNK]
+                emb = minilm.encode(chunk)
+                earlier = (emb @ kept.T).max(axis=1) if len(kept) else np.full(len(chunk), -1.0)
+                within = emb @ emb.T
+                chosen: list[int] = []
+                for i, text in enumerate(chunk):
+                    if earlier[i] >= threshold or (chosen and within[i, chosen].max() >= threshold):
+                        continue
+                    chosen.append(i)
+                    yield Message(text, category(text))
+                    bar.update(1)
+                    yielded += 1
+                    if yielded >= n:
+                        return
+                kept = np.concatenate([kept, emb[chosen]])
 
 
 def build(config: ChitchatConfig, ctx: BuildContext) -> ChitchatSource:
@@ -246,14 +258,9 @@ def stats(heldout_percent: int = 10) -> dict:
     """How many utterances each rule rejects, and how many pass, per split."""
     from collections import Counter
 
-    reasons: Counter = Counter()
-    total = 0
-    for _, utterances in conversations():
-        for text in utterances:
-            total += 1
-            reasons[rejection(text) or "passes"] += 1
+    reasons = Counter(rule or "passes" for _, _, rule in judged())
     return {
-        "utterances": total,
+        "utterances": len(judged()),
         "conversations": len(conversations()),
         "by_first_failed_rule": dict(reasons.most_common()),
         "distinct_passing_train": len(passing("train", heldout_percent)),

@@ -58,7 +58,7 @@ def comparison_recipe(recipe):
 
 def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optional[str]:
     """Play the held-out targets with every row; write and return the markdown table."""
-    from emojikit.evaluation.evaluate import EvalSettings, evaluate_checkpoints, game_chart, game_markdown
+    from emojikit.evaluation.evaluate import EvalSettings, evaluate_checkpoints, game_chart, game_markdown, read_targets
     from emojikit.training.targets import split_targets
 
     g = recipe.settings["grpo"]
@@ -74,6 +74,12 @@ def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optio
     results["senders"] = rows
     legend = "; ".join(f"{label} = {sender}" for label, sender in rows.items() if label != sender)
     table = game_markdown(results) + f"\n{legend}\n"
+    results["compare_files"] = {}
+    for path in g.compare_files:  # more held-out sets (messages people wrote), every row played
+        extra = evaluate_checkpoints(comparison_recipe(recipe), settings, read_targets(Path(path)), run_dir.path)
+        extra["checkpoints"] = {label: extra["checkpoints"][sender] for label, sender in rows.items()}
+        results["compare_files"][str(path)] = extra
+        table += f"\n### {path}\n\n" + game_markdown(extra)
     atomic_write_text(run_dir.file(f"{STEM}.json"), json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(run_dir.file(f"{STEM}.md"), table)
     game_chart(results, run_dir.file(f"{STEM}.png"))

@@ -22,6 +22,7 @@ def split_targets(recipe, g, run_dir, seen: frozenset[str] = frozenset()) -> tup
     from emojikit.api.errors import ConfigError, InputFileError
 
     source = recipe.build("prompts", run_dir.path)
+    seen = seen | compared_texts(recipe, g)  # the comparison's extra held-out sets never train either
     if g.heldout_file is not None:
         from emojikit.evaluation.evaluate import read_targets
 
@@ -40,6 +41,19 @@ def split_targets(recipe, g, run_dir, seen: frozenset[str] = frozenset()) -> tup
     if not train:
         raise ConfigError(f"{recipe.path}: [grpo] eval_targets: the prompt source gave no messages for training")
     return heldout, train
+
+
+def compared_texts(recipe, g) -> frozenset[str]:
+    """Every row of [grpo] compare_files (held-out sets the comparison plays in full)."""
+    from emojikit.api.errors import InputFileError
+    from emojikit.evaluation.evaluate import read_targets
+
+    texts: set[str] = set()
+    for path in getattr(g, "compare_files", []):
+        if not Path(path).is_file():
+            raise InputFileError(f"{recipe.path}: [grpo] compare_files: {path} does not exist")
+        texts.update(m.text for m in read_targets(Path(path)))
+    return frozenset(texts)
 
 
 def short_enough(message: Message, g) -> bool:

@@ -19,7 +19,8 @@ def build_local_policy(config: LocalConfig, ctx: BuildContext):
         import torch
 
         torch.set_num_threads(config.threads)
-    model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype, device=config.device)
+    # float32 either way: dtype = "bfloat16" keeps norms, embeddings and LoRA in fp32 (precision.py)
+    model, tokenizer = load_model_and_tokenizer(config.model, dtype="float32", device=config.device)
     return LocalPolicy(model, tokenizer, config, seed=ctx.seed)
 
 

@@ -20,6 +20,7 @@ from emojikit.api.policy import AdamParams, ChatMessages, Datum, LossOutput, Sam
 from emojikit_local import checkpoint
 from emojikit_local.config import LocalConfig
 from emojikit_local.losses import LOSSES, loss_sum
+from emojikit_local.precision import SamplerCorrection, bfloat16_compute
 from emojikit_local.sampling import decode_batch
 from emojikit_local.scoring import first_needed_position, prefix_key, target_logprobs
 
@@ -60,6 +61,8 @@ class LocalPolicy:
         """Wrap a loaded base model (see loading.load_model_and_tokenizer) with LoRA."""
         from peft import LoraConfig, PeftModel, get_peft_model
 
+        if config.dtype == "bfloat16":
+            model = model.float()  # fp32 weights where they are kept; bfloat16_compute casts the rest
         self.config = config
         self.tokenizer = tokenizer
         self.device = next(model.parameters()).device
@@ -81,6 +84,10 @@ class LocalPolicy:
             self.model = get_peft_model(model, lora, adapter_name=TRAINED)
         if config.base_matmul_dtype == "bfloat16" and config.dtype == "float32":
             lower_base_projections(self.model, torch.bfloat16)
+        if config.dtype == "bfloat16":
+            bfloat16_compute(self.model)
+        corrected = config.sampler_correction == "truncated_is" or (config.sampler_correction == "auto" and config.dtype == "bfloat16")
+        self.correction = SamplerCorrection(config.truncated_is_cap) if corrected else None
         self.model.eval()
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer: Optional[torch.optim.Optimizer] = None
@@ -148,6 +155,8 @@ class LocalPolicy:
                 raise ConfigError(f"prompt of {len(tokens)} tokens + max_tokens {params.max_tokens} exceeds max_seq_len {self.config.max_seq_len}; raise the backend's max_seq_len")
         generator = self.generator if params.seed is None else torch.Generator(device=self.device).manual_seed(params.seed)
         self.last_sample_budget = params.max_tokens
+        if self.correction is not None:
+            self.correction.sampled(self.step)
         rows = [tokens for tokens in prompt_tokens for _ in range(n)]
         decoded = []
         for chunk in _chunks(rows, self.config.sample_batch_size):
@@ -232,6 +241,8 @@ class LocalPolicy:
                 on_B_T = weights_B_T != 0
                 advantages_B_T = self._per_position(chunk, lambda d: d.advantages or [0.0] * len(d.weights), logprobs_B_T.shape)
                 sampler_B_T = self._per_position(chunk, lambda d: d.logprobs or [0.0] * len(d.weights), logprobs_B_T.shape)
+                if self.correction is not None and loss != "cross_entropy":
+                    sampler_B_T, advantages_B_T = self.correction.apply(chunk, self.step, logprobs_B_T, sampler_B_T, advantages_B_T, on_B_T, stats)
                 summed, batch_stats = loss_sum(loss, logprobs_B_T[on_B_T], weights_B_T[on_B_T], advantages_B_T[on_B_T], sampler_B_T[on_B_T], clip)
                 (summed / denominator).backward()
                 total += float(summed.detach())
@@ -258,6 +269,12 @@ class LocalPolicy:
                 metrics["ratio_mean"] = float(ratio_N.mean())
                 metrics["ratio_max_deviation"] = float((ratio_N - 1).abs().max())
                 metrics["approx_kl_sampler"] = float((-log_ratio_N).mean())  # E_q[log q - log p]
+        if "sampler_gap" in stats:  # SamplerCorrection: |trainer - sampler| logprob at sampling weights
+            gap_N = torch.cat(stats["sampler_gap"])
+            if gap_N.numel():
+                metrics["sampler_gap_median"] = float(gap_N.median())
+                metrics["sampler_gap_max"] = float(gap_N.max())
+                metrics["is_truncated_fraction"] = float(torch.cat(stats["is_truncated"]).float().mean())
         if "clipped" in stats:
             clipped_N = torch.cat(stats["clipped"])
             if clipped_N.numel():

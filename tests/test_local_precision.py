@@ -1,0 +1,150 @@
+"""The local backend's dtype = "bfloat16" path: bf16 matmuls with float32 results, fp32 LoRA
+weights, gradients and optimizer state, and the sampler correction that makes the PPO ratio
+start at 1 (plugins/emojikit_local/precision.py). Tiny random Llama from test_local_backend."""
+
+import math
+
+import pytest
+import torch
+
+from emojikit.api.policy import AdamParams, Datum, SamplingParams
+from test_local_backend import TINY_VOCAB, IdSetDecoder, one_thread, random_datums, tiny_policy, trainable_grads  # noqa: F401
+
+PROMPTS = [[{"role": "user", "content": "w5 w6 w7"}], [{"role": "user", "content": "w9 w10 w11 w12"}]]
+
+
+def same_adapters(*policies):
+    """Every policy gets the same non-zero LoRA weights (B starts at 0, which would hide LoRA)."""
+    for params in zip(*(p.trainable for p in policies)):
+        torch.nn.init.normal_(params[0], std=0.05, generator=torch.Generator().manual_seed(params[0].numel()))
+        for other in params[1:]:
+            other.data.copy_(params[0].data)
+
+
+def sampled_datums(policy, decoder=None, seed=1):
+    groups = policy.sample(PROMPTS, 4, SamplingParams(max_tokens=6, temperature=0.8, seed=seed), decoder)
+    rewards = [0.0, 1.0, 2.0, 3.0]
+    return [Datum.from_sample(s, advantage=r - 1.5, decoded=decoder is not None, decode_budget=6) for group in groups for s, r in zip(group, rewards)]
+
+
+def test_float32_stays_the_default_and_uncorrected():
+    policy = tiny_policy()
+    assert policy.config.dtype == "float32" and policy.correction is None
+    assert all(p.dtype == torch.float32 for p in policy.model.parameters())
+
+
+def test_bfloat16_logprobs_are_close_to_float32_and_train_fp32_state():
+    exact, fast = tiny_policy(), tiny_policy(dtype="bfloat16")
+    same_adapters(exact, fast)
+    bases = [m.get_base_layer() for m in fast.model.modules() if hasattr(m, "get_base_layer") and m is not m.get_base_layer()]
+    assert len(bases) == 14 and all(b.weight.dtype == torch.bfloat16 for b in bases)  # 2 layers x 7 projections
+    assert all(p.dtype == torch.float32 for p in fast.trainable)
+    assert fast.model.get_input_embeddings().weight.dtype == torch.float32
+
+    datums = random_datums(prompts="common")
+    want, got = exact.compute_logprobs(datums), fast.compute_logprobs(datums)
+    errors = [abs(a - b) for x, y in zip(want, got) for a, b in zip(x, y)]
+    # bf16 rounds matmul inputs and outputs to ~3 significant digits: close, not equal. This
+    # peaked tiny model: mean ~0.05 nats; SmolLM2 on sampled answers: median 0.02, worst 0.2.
+    assert 0 < sum(errors) / len(errors) < 0.1 and max(errors) < 0.5
+
+    out_exact, out_fast = exact.forward_backward(datums, "cross_entropy"), fast.forward_backward(datums, "cross_entropy")
+    assert out_fast.loss == pytest.approx(out_exact.loss, rel=0.02)
+    grads_exact, grads_fast = torch.cat([g.flatten() for g in trainable_grads(exact)]), torch.cat([g.flatten() for g in trainable_grads(fast)])
+    assert all(p.grad.dtype == torch.float32 for p in fast.trainable)
+    assert torch.nn.functional.cosine_similarity(grads_exact, grads_fast, dim=0) > 0.98
+    fast.optim_step(AdamParams(learning_rate=1e-2))
+    states = [fast.optimizer.state[p] for p in fast.trainable]
+    assert all(s["exp_avg"].dtype == torch.float32 and s["exp_avg_sq"].dtype == torch.float32 for s in states)
+    assert all(p.dtype == torch.float32 for p in fast.trainable)
+
+
+def test_reference_pass_disables_the_adapter_on_the_bfloat16_path():
+    fast = tiny_policy(dtype="bfloat16")
+    same_adapters(fast)
+    datums = random_datums()
+    policy_lp = fast.compute_logprobs(datums)
+    reference_lp = fast.compute_logprobs(datums, reference=True)
+    plain = tiny_policy(dtype="bfloat16")  # LoRA B = 0: the base model alone
+    assert reference_lp == plain.compute_logprobs(datums)
+    assert reference_lp != policy_lp
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_ppo_ratio_starts_at_one_on_replay_and_later_epochs_keep_the_behaviour_logprobs(masked):
+    decoder = IdSetDecoder(lambda tok: list(range(4, TINY_VOCAB, 2))) if masked else None
+    fast = tiny_policy(dtype="bfloat16", micro_batch_size=4)
+    same_adapters(fast)
+    datums = sampled_datums(fast, decoder)
+    first = fast.forward_backward(datums, "ppo", temperature=0.8, decoder=decoder)
+    assert first.metrics["ratio_mean"] == 1.0 and first.metrics["ratio_max_deviation"] == 0.0
+    # the gap it corrects is the bf16 sampler/trainer mismatch (SmolLM2: median ~0.02 nats;
+    # this 2-layer model's decode may even match the full pass exactly)
+    assert 0 <= first.metrics["sampler_gap_max"] < 0.5
+    fast.optim_step(AdamParams(learning_rate=1e-2))
+    behaviour = dict(fast.correction.behaviour)
+    second = fast.forward_backward(datums, "ppo", temperature=0.8, decoder=decoder)
+    assert second.metrics["ratio_max_deviation"] > 0  # against the step-0 trainer logprobs, moved by the update
+    assert second.metrics["sampler_gap_max"] == first.metrics["sampler_gap_max"]
+    assert fast.correction.behaviour.keys() == behaviour.keys()
+    # new samples start a new record
+    fast.sample(PROMPTS[:1], 1, SamplingParams(max_tokens=3, seed=5))
+    assert not fast.correction.behaviour and fast.correction.sampled_at_step == 1
+
+
+def test_truncated_importance_weight_scales_the_advantage():
+    fast = tiny_policy(dtype="bfloat16", micro_batch_size=8, truncated_is_cap=3.0)
+    same_adapters(fast)
+    datums = random_datums(4)
+    trainer = fast.compute_logprobs(datums, weighted_only=True)
+    fast.correction.sampled(fast.step)
+
+    def loss_with_sampler_offset(offset):
+        for d, lp in zip(datums, trainer):
+            d.logprobs = [x - offset if w else 0.0 for x, w in zip(lp, d.weights)]
+        fast.correction.sampled(fast.step)
+        out = fast.forward_backward(datums, "importance_sampling")
+        fast.model.zero_grad(set_to_none=True)
+        return out
+
+    base = loss_with_sampler_offset(0.0)
+    doubled = loss_with_sampler_offset(math.log(2.0))  # p_trainer / p_sampler = 2
+    capped = loss_with_sampler_offset(math.log(10.0))  # 10, truncated to the cap 3
+    assert base.metrics["ratio_max_deviation"] == 0.0 and base.metrics["sampler_gap_max"] < 1e-5
+    assert doubled.loss == pytest.approx(2 * base.loss, rel=1e-3)
+    assert capped.loss == pytest.approx(3 * base.loss, rel=1e-3)
+    assert doubled.metrics["is_truncated_fraction"] == 0.0 and capped.metrics["is_truncated_fraction"] == 1.0
+
+
+def test_correction_can_be_turned_off_or_used_in_float32():
+    def shifted(policy):
+        """Sampled datums whose sampler logprobs are 0.1 nats below the trainer's."""
+        datums = sampled_datums(policy)
+        for d in datums:
+            d.logprobs = [x - 0.1 if w else x for x, w in zip(d.logprobs, d.weights)]
+        return datums
+
+    off = tiny_policy(dtype="bfloat16", sampler_correction="none")
+    assert off.correction is None
+    same_adapters(off)
+    out = off.forward_backward(shifted(off), "ppo", temperature=0.8)
+    assert out.metrics["ratio_max_deviation"] == pytest.approx(math.exp(0.1) - 1, abs=1e-3)  # against the sampler
+    assert "sampler_gap_max" not in out.metrics
+    on = tiny_policy(sampler_correction="truncated_is")
+    same_adapters(on)
+    out = on.forward_backward(shifted(on), "ppo", temperature=0.8)
+    assert out.metrics["ratio_max_deviation"] == 0.0
+    assert out.metrics["sampler_gap_max"] == pytest.approx(0.1, abs=1e-3)
+
+
+def test_bfloat16_checkpoint_is_a_float32_adapter(tmp_path):
+    fast = tiny_policy(dtype="bfloat16")
+    same_adapters(fast)
+    fast.forward_backward(random_datums(2), "cross_entropy")
+    fast.optim_step(AdamParams(learning_rate=1e-2))
+    ref = fast.save(str(tmp_path / "step1"))
+    reloaded = tiny_policy()
+    reloaded.load(ref, with_optimizer=False)
+    for a, b in zip(reloaded.trainable, fast.trainable):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a, b)

@@ -124,6 +124,9 @@ def test_repair_eval_refuses_states_of_another_judge_and_a_file_that_is_no_state
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(cli, ["eval", "--repair-states", str(states), "--judge", "retrieval", "--out", str(tmp_path / "r"), *model_settings(tiny_model)])
     assert result.exit_code == 2 and "made with judge `keywords`" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(cli, ["eval", "--repair-states", str(states), "--judge", "keywords", "--checkpoint", str(tmp_path / "nowhere"),
+                                      "--out", str(tmp_path / "r1"), *model_settings(tiny_model)])
+    assert result.exit_code == 2 and "nowhere" in result.output and "Traceback" not in result.output
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "hello"}\n')
     result = CliRunner().invoke(cli, ["eval", "--repair-states", str(bad), "--out", str(tmp_path / "r2")])

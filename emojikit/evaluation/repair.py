@@ -48,15 +48,29 @@ class RepairState:
 # --- making the states --------------------------------------------------------------------
 
 
+def resolve_sender(name: str) -> str:
+    """A checkpoint reference as a backend loads it (a run directory stands for its final
+    checkpoint); "base", teacher:NAME and the baselines as they are. One line for anything else."""
+    from emojikit.api.errors import ConfigError, InputFileError
+    from emojikit.stages.runs import resolve_checkpoint
+
+    if name in ("base", *BASELINES) or name.startswith("teacher:"):
+        return name
+    try:
+        return resolve_checkpoint(name)
+    except InputFileError as exc:
+        raise ConfigError(f"--checkpoint {exc} (or base, own, repeat, teacher:NAME)") from None
+
+
 def build_sender(recipe, checkpoint: str, game, out_dir: Path):
-    """A sender by name: a checkpoint directory, "base", or teacher:NAME (a teacher's answers)."""
+    """A sender by name: a checkpoint or run directory, "base", or teacher:NAME (a teacher's answers)."""
     from emojikit.evaluation.evaluate import TEACHER_PREFIX, teacher_sender
 
     if checkpoint.startswith(TEACHER_PREFIX):
         return teacher_sender(recipe, checkpoint[len(TEACHER_PREFIX):], game, out_dir)
     sender = recipe.build("backend", out_dir)
     if checkpoint != "base":
-        sender.load(checkpoint, with_optimizer=False)
+        sender.load(resolve_sender(checkpoint), with_optimizer=False)
     return sender
 
 
@@ -164,7 +178,6 @@ class SenderAnswers:
 
 
 def answers_for(recipe, name: str, game, out_dir: Path):
-    from emojikit.api.errors import ConfigError
     from emojikit.composition.assembly import build_component, context
     from emojikit.evaluation.evaluate import TEACHER_PREFIX
 
@@ -181,8 +194,6 @@ def answers_for(recipe, name: str, game, out_dir: Path):
         from emojikit.evaluation.evaluate import TeacherSender
 
         return SenderAnswers(TeacherSender(teacher, game))
-    if name != "base" and not Path(name).is_dir():
-        raise ConfigError(f"--checkpoint {name}: not a checkpoint directory (or base, own, repeat, teacher:NAME)")
     return SenderAnswers(build_sender(recipe, name, game, out_dir))
 
 
@@ -217,6 +228,8 @@ def evaluate_repair(recipe, states_path: Path, senders: Sequence[str], temperatu
     from emojikit.api.policy import SamplingParams
 
     header, states = read_states(states_path)
+    for name in senders:
+        resolve_sender(name)  # a wrong path fails before any model loads
     judge_name = recipe.components["judge"].spec.name
     if header.get("judge") != judge_name:
         raise ConfigError(f"{states_path}: the states were made with judge `{header.get('judge')}` (its wrong guesses); "

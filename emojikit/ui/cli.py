@@ -385,8 +385,9 @@ def repair_states(recipe_path: Path, checkpoint: str, targets, n_targets, judge,
     from emojikit.composition.recipe import load_recipe
     from emojikit.evaluation.repair import make_states, states_targets
 
-    if checkpoint != "base" and not checkpoint.startswith("teacher:") and not Path(checkpoint).is_dir():
-        raise ConfigError(f"--checkpoint {checkpoint}: not a checkpoint directory (or base, or teacher:NAME)")
+    from emojikit.evaluation.repair import resolve_sender
+
+    resolve_sender(checkpoint)  # a checkpoint or run directory, base or teacher:NAME; one line otherwise
     if Path(states_file).exists():
         raise ConfigError(f"--out {states_file}: already exists; repair states are made once and reused (choose another name)")
     recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judge})

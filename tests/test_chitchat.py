@@ -12,7 +12,8 @@ from emojikit_text import chitchat
 from emojikit_text.mix import shares
 
 REPO = Path(__file__).resolve().parents[1]
-REAL_HELDOUT = REPO / "recipes/targets/real-heldout.jsonl"
+REAL_CHATS = REPO / "recipes/targets/real-chats.jsonl"
+REAL_TEXTS = REPO / "recipes/targets/real-texts.jsonl"
 
 
 @pytest.mark.parametrize(
@@ -48,14 +49,18 @@ def test_no_conversation_spans_training_and_heldout():
     assert counts["distinct_passing_train"] > 70_000 and counts["distinct_passing_heldout"] > 6_000
 
 
-def test_the_real_heldout_set_comes_from_heldout_chats_and_no_training_message():
-    rows = [json.loads(line) for line in REAL_HELDOUT.read_text(encoding="utf-8").splitlines()]
-    chats = [r for r in rows if r["source"] == "chitchat"]
-    written = [r for r in rows if r["source"] == "written"]
-    assert len(chats) >= 500 and len(written) >= 100 and len({r["text"] for r in rows}) == len(rows)
+def test_the_real_heldout_sets_come_from_heldout_chats_and_no_training_message():
+    chats = [json.loads(line) for line in REAL_CHATS.read_text(encoding="utf-8").splitlines()]
+    texts = [json.loads(line) for line in REAL_TEXTS.read_text(encoding="utf-8").splitlines()]
+    assert len(chats) >= 500 and {r["source"] for r in chats} == {"chitchat"}
+    assert len(texts) >= 300 and {r["source"] for r in texts} == {"written"}
+    rows = chats + texts
+    assert len({chitchat.dedup_key(r["text"]) for r in rows}) == len(rows)
     assert {r["conversation"] for r in chats} <= chitchat.heldout_conversation_ids(10)
     train_keys = {chitchat.dedup_key(t) for _, t in chitchat.passing("train", 10)}
     assert not [r["text"] for r in rows if chitchat.dedup_key(r["text"]) in train_keys]
+    said_in_any_chat = {chitchat.dedup_key(t) for _, utterances in chitchat.conversations() for t in utterances}
+    assert not [r["text"] for r in texts if chitchat.dedup_key(r["text"]) in said_in_any_chat]
 
 
 def test_a_draw_is_seeded_distinct_and_skips_near_duplicates(monkeypatch):

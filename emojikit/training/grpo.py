@@ -81,7 +81,7 @@ class GRPOSettings(ConfigModel):
         None, description="Held-out targets (JSONL with a text field, or one per line): none of its rows trains, the first eval_targets are played; default: the first eval_targets of the prompt source."
     )
     compare_files: list[Path] = Field(
-        [], description="More held-out sets (e.g. recipes/targets/real-heldout.jsonl, messages people wrote): the comparison "
+        [], description="More held-out sets (e.g. recipes/targets/real-texts.jsonl, messages people wrote): the comparison "
         "plays every row of each beside the heldout_file's targets; none of their rows trains."
     )
     target_max_words: Optional[int] = Field(

@@ -271,7 +271,7 @@ def stats(heldout_percent: int = 10) -> dict:
 
 def heldout_sample(n: int, max_words: int = 16, heldout_percent: int = 10, seed: int = 0) -> list[dict]:
     """One message per held-out conversation (seeded), then a second from each, and so on until
-    n; near-duplicates skipped: the real held-out targets of recipes/targets/real-heldout.jsonl."""
+    n; near-duplicates skipped: the real held-out chat targets of recipes/targets/real-chats.jsonl."""
     by_chat: dict[str, list[str]] = {}
     for cid, text in passing("heldout", heldout_percent):
         if len(text.split()) <= max_words:

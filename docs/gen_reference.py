@@ -100,6 +100,20 @@ def generate() -> str:
             if spec.needs_key:
                 out += [f"Needs `{spec.needs_key}` in the environment or a `.env` file.", ""]
             out += fields_table(spec.config)
+    out += [
+        "## `[tracking]`: trackers",
+        "",
+        "Any recipe kind may send its run to trackers ([Trackers](trackers.md)): `use` is one tracker name or a",
+        "list of them, and each tracker's settings go in a table named after it (`[tracking.wandb]`).",
+        "",
+    ]
+    for spec in sorted(registry.components("tracker"), key=lambda s: s.name):
+        if spec.distribution != OWN_DISTRIBUTION:
+            continue
+        out += [f"#### `{spec.name}` (tracker)", "", f'`[tracking] use = ["{spec.name}"]`, settings in `[tracking.{spec.name}]`, plugin `{spec.plugin}`: {spec.summary}', ""]
+        if spec.optional_key:
+            out += [f"Uses `{spec.optional_key}` when it is set (environment or `.env`), and works without it.", ""]
+        out += fields_table(spec.config)
     return "\n".join(out).rstrip("\n") + "\n"
 
 

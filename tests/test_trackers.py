@@ -267,3 +267,236 @@ def test_a_reused_stage_sends_nothing_twice(tracked_run, tiny_model):
     assert done.returncode == 0 and "reuse" in done.stdout and "nothing to run" in done.stdout, done.stdout + done.stderr
     after = {p: p.stat().st_size for p in (run_dir / "trackers").rglob("*") if p.is_file()}
     assert after == before and state(run_dir) == state_before
+
+
+def test_which_trackers_watch_a_run_is_not_part_of_its_fingerprint(tracked_run):
+    tmp_path, _ = tracked_run
+    done = emojikit_run(tmp_path, "grpo.toml", "--dry-run")  # made with every tracker, planned with none
+    assert done.returncode == 0 and "reuse run: finished run of the same recipe and inputs" in done.stdout, done.stdout + done.stderr
+
+
+# --- kill -9, then the same command: one tracker run, every step once ------------------------------
+
+
+def metrics_steps(path: Path) -> list[int]:
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True) if path.exists() else []
+    return [json.loads(line)["step"] for line in lines if line.endswith("\n")]
+
+
+def test_kill9_then_resume_leaves_one_tracker_run_with_every_step_once(tmp_path, tiny_model):
+    if not INSTALLED:
+        pytest.skip(f"no tracker library is installed; {EXTRA}")
+    write_recipe(tmp_path, tiny_model, steps=6)
+    flags = [arg for name in INSTALLED for arg in ("--tracker", name)]
+    run_dir, metrics = tmp_path / "run", tmp_path / "run" / "metrics.jsonl"
+    log = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen([sys.executable, "-m", "emojikit.ui.cli", "run", "grpo.toml", *flags], cwd=tmp_path, env=tracker_env(tmp_path), stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while len(metrics_steps(metrics)) < 3:  # past the step-2 checkpoint, so the resume re-runs a sent step
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    assert first.wait(60) == -signal.SIGKILL
+    log.close()
+    killed_at = metrics_steps(metrics)[-1]
+
+    done = emojikit_run(tmp_path, "grpo.toml", *flags)  # the same command resumes the interrupted stage
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "resume" in done.stdout and "Traceback" not in done.stderr
+    assert metrics_steps(metrics) == [1, 2, 3, 4, 5, 6]
+    want = list(range(1, 7))
+    tracker_state = state(run_dir)
+    if "tensorboard" in INSTALLED:
+        assert [s for s, _ in tensorboard_series(run_dir)["step_seconds"]] == want, f"killed after step {killed_at}"
+    if "trackio" in INSTALLED:
+        assert [s for s, _ in trackio_series(tmp_path, tracker_state["trackio"]["id"])["step_seconds"]] == want
+    if "wandb" in INSTALLED:
+        assert [s for s, _ in wandb_series(run_dir)["step_seconds"]] == want
+        ids = {r["run"]["run_id"] for r in wandb_records(run_dir) if r.get("type") == "run"}
+        assert ids == {tracker_state["wandb"]["id"]}  # the resumed folder continues the same W&B run (wandb sync merges them)
+    if "mlflow" in INSTALLED:
+        assert [s for s, _ in mlflow_series(tmp_path, tracker_state["mlflow"]["id"])["step_seconds"]] == want
+    # Values of the steps run once are metrics.jsonl's; a step re-run after the checkpoint keeps its first values.
+    if "tensorboard" in INSTALLED:
+        rows = {r["step"]: r for r in read_rows(metrics)}
+        for step, value in tensorboard_series(run_dir)["reward_mean"]:
+            if step <= 2:
+                assert value == pytest.approx(rows[step]["reward_mean"], rel=1e-6)
+
+
+# --- a third-party tracker: the contract, failures, resume ------------------------------------------
+
+
+class Recorder:
+    """A tracker that keeps what it receives in a JSON file (a third party's plugin in miniature)."""
+
+    def __init__(self, path: Path, fail_at: int | None = None):
+        self.path, self.fail_at = path, fail_at
+
+    def _add(self, event: dict) -> None:
+        events = json.loads(self.path.read_text()) if self.path.exists() else []
+        self.path.write_text(json.dumps(events + [event]))
+
+    def start(self, run):
+        self._add({"start": run.resume_id, "resume_step": run.resume_step, "kind": run.kind, "config": run.config, "code": run.code})
+        return run.resume_id or "recorded-1"
+
+    def log_metrics(self, metrics, step):
+        if self.fail_at is not None and step >= self.fail_at:
+            raise OSError(28, "No space left on device")
+        self._add({"step": step, "metrics": metrics})
+
+    def log_table(self, name, columns, rows):
+        self._add({"table": name, "columns": columns, "rows": rows})
+
+    def finish(self, status):
+        self._add({"finish": status})
+
+
+def recorder_plugin(record_dir: Path):
+    import types
+
+    from emojikit import Component, ConfigModel, hookimpl
+
+    class RecorderConfig(ConfigModel):
+        fail_at: int | None = None
+
+    module = types.ModuleType("recorder_plugin")
+
+    @hookimpl
+    def register_trackers():
+        return [Component(name=name, summary="records", config=RecorderConfig, factory=lambda c, ctx, name=name: Recorder(record_dir / f"{name}.json", c.fail_at))
+                for name in ("recorder", "flaky")]
+
+    module.register_trackers = register_trackers
+    return module
+
+
+@pytest.fixture
+def recorder_registry(tmp_path, monkeypatch):
+    from emojikit.composition import registry as registry_mod
+    from emojikit.composition.registry import Registry
+
+    reg = Registry()
+    reg.register(recorder_plugin(tmp_path), "recorder", "emojikit-recorder", "0.3.0")
+    monkeypatch.setattr(registry_mod, "_default", reg)
+    return reg
+
+
+def write_chats(path: Path, n: int) -> None:
+    rows = [{"messages": [{"role": "system", "content": "Reply with emoji."}, {"role": "user", "content": f"news number {i} about pizza"},
+                          {"role": "assistant", "content": "🍕🎉"}]} for i in range(n)]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+def test_a_failing_tracker_warns_once_and_the_run_goes_on_then_resume_continues(tmp_path, tiny_model, recorder_registry, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_chats(tmp_path / "train.jsonl", 24)
+    write_chats(tmp_path / "test.jsonl", 4)
+    (tmp_path / "sft.toml").write_text(f"""kind = "sft"
+out = "run"
+[backend]
+use = "local"
+model = {json.dumps(str(tiny_model))}
+[sft]
+train_file = "train.jsonl"
+test_file = "test.jsonl"
+batch_size = 4
+steps = 4
+save_every = 2
+eval_every = 2
+sample_every = 2
+report_examples = 0
+max_new_tokens = 6
+[tracking]
+use = ["recorder", "flaky"]
+[tracking.flaky]
+fail_at = 2
+""", encoding="utf-8")
+    result = CliRunner().invoke(cli, ["run", "sft.toml"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("tracker 'flaky' failed") == 1 and "No space left on device" in result.output, result.output
+    rows = read_rows(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    events = json.loads((tmp_path / "recorder.json").read_text())
+    start = events[0]
+    assert start["start"] is None and start["kind"] == "sft" and start["config"]["sft"]["steps"] == 4
+    assert start["config"]["tracking"]["use"] == ["recorder", "flaky"]
+    assert {"plugin": "recorder", "distribution": "emojikit-recorder", "version": "0.3.0"} in start["code"]["plugins"]
+    logged = [e for e in events if "step" in e]
+    assert [e["step"] for e in logged] == [1, 2, 3, 4]
+    for event, row in zip(logged, rows):
+        assert event["metrics"] == {k: float(v) for k, v in row.items() if k != "step" and isinstance(v, (int, float))}
+    tables = {e["table"]: e for e in events if "table" in e}
+    assert set(tables) == {"samples"} and tables["samples"]["rows"][0][0] == 4
+    assert events[-1] == {"finish": "finished"}
+    flaky = json.loads((tmp_path / "flaky.json").read_text())
+    assert [e["step"] for e in flaky if "step" in e] == [1] and flaky[-1] == {"finish": "failed"}  # dropped, then released
+
+    # --resume with more steps continues the same tracker run from the step after the last sent.
+    result = CliRunner().invoke(cli, ["run", "sft.toml", "--set", "sft.steps=6", "--resume"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    events = json.loads((tmp_path / "recorder.json").read_text())
+    resumed = [e for e in events if "start" in e][-1]
+    assert resumed["start"] == "recorded-1" and resumed["resume_step"] == 4
+    assert [e["step"] for e in events if "step" in e] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in read_rows(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
+# --- configuration errors: one line, exit status 2 -------------------------------------------------
+
+
+@pytest.mark.parametrize("tracking, problem", [
+    ('use = 3', "[tracking] use: expected a tracker name or a list of them"),
+    ('use = ["recorder"]\n[tracking.flaky]\nfail_at = 1', "[tracking] flaky: settings of a tracker that use does not name"),
+    ('use = ["recordr"]', "[tracking.recordr] use: no tracker named 'recordr' (did you mean 'recorder'?)"),
+    ('use = "recorder"\n[tracking.recorder]\nfail_a = 1', "[tracking.recorder] fail_a: unknown key (did you mean 'fail_at'?)"),
+])
+def test_bad_tracking_table_is_one_line(tmp_path, recorder_registry, monkeypatch, tracking, problem):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.toml").write_text(f'kind = "data"\n[prompts]\nuse = "generated"\n[teacher]\nuse = "lexicon"\n[tracking]\n{tracking}\n', encoding="utf-8")
+    result = CliRunner().invoke(cli, ["validate", "data.toml"])
+    assert result.exit_code == 2 and problem in result.output and "Traceback" not in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_missing_tracker_library_is_one_line_naming_the_extra(tmp_path, monkeypatch):
+    import importlib.util as util
+
+    from emojikit_trackers import common
+
+    real = util.find_spec
+    monkeypatch.setattr(common.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.toml").write_text('kind = "data"\n[prompts]\nuse = "generated"\n[teacher]\nuse = "lexicon"\n', encoding="utf-8")
+    result = CliRunner().invoke(cli, ["run", "data.toml", "--tracker", "wandb", "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert "[tracking.wandb] the wandb tracker needs the wandb library: pip install 'emojikit[wandb]'" in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_wandb_online_without_a_key_is_one_line_naming_the_variable(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env here
+    (tmp_path / "data.toml").write_text('kind = "data"\n[prompts]\nuse = "generated"\n[teacher]\nuse = "lexicon"\n[tracking]\nuse = ["wandb"]\n[tracking.wandb]\nmode = "online"\n', encoding="utf-8")
+    result = CliRunner().invoke(cli, ["validate", "data.toml"])
+    assert result.exit_code == 2 and "WANDB_API_KEY" in result.output and len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_the_wandb_key_never_lands_in_a_run_directory(tmp_path):
+    pytest.importorskip("wandb", reason=f"the wandb tracker's library; {EXTRA}")
+    key = "wandb-test-key-0123456789abcdef0123456789abcdef"
+    (tmp_path / "data.toml").write_text(
+        'kind = "data"\nout = "run"\n[prompts]\nuse = "generated"\n[teacher]\nuse = "lexicon"\n[data]\ncount = 40\nrl_count = 10\n'
+        '[tracking]\nuse = ["wandb"]\n[tracking.wandb]\nmode = "offline"\n', encoding="utf-8")
+    done = emojikit_run(tmp_path, "data.toml", env=tracker_env(tmp_path, WANDB_API_KEY=key))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert key not in done.stdout + done.stderr
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".wandb" for p in files)  # offline: the run is there, to sync later
+    for path in files:
+        assert key.encode() not in path.read_bytes(), path
+    records = wandb_records(tmp_path / "run")
+    tables = [r for r in records if r.get("type") == "history" and any(k.startswith("tables/data_stats") for k in r["history"]["item"])]
+    assert tables, "the data run's statistics arrive as a table"

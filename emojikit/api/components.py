@@ -273,8 +273,9 @@ class Tracker(Protocol):
 
 @runtime_checkable
 class StoredStep(Protocol):
-    """Optional tracker capability: the last metrics step the tracker's own store holds for the
-    run (None when it holds none). On resume, steps after it are sent again from
-    metrics.jsonl, so a write the tracker lost to kill -9 leaves no gap and none comes twice."""
+    """Optional tracker capability: the last step the tracker's own store holds for the run
+    (-1 when it holds none; None when it cannot tell, and emojikit trusts what it recorded as
+    sent). On resume, steps after it are sent again from metrics.jsonl up to the checkpoint, so a
+    write the tracker lost to kill -9 leaves no gap, and none comes twice."""
 
     def stored_step(self) -> Optional[int]: ...

@@ -121,6 +121,7 @@ class Tracking:
             self._call(entry, f"logging step {step} of {file}", entry.tracker.log_metrics, metrics, step)
             if not entry.failed:
                 entry.mark(file, step)
+                entry.state["tables_sent"] = False  # a run extended by --resume ends with new tables
                 changed = True
         if changed:
             self._save()
@@ -153,7 +154,11 @@ class Tracking:
                 for name, columns, rows in tables:
                     self._call(entry, f"sending the {name} table", entry.tracker.log_table, name, columns, rows)
                 entry.state["tables_sent"] = not entry.failed
-            self._call(entry, "finishing", entry.tracker.finish, status)
+            if not entry.failed:
+                self._call(entry, "finishing", entry.tracker.finish, status)
+            elif entry.tracker is not None:
+                with contextlib.suppress(Exception):  # release what it holds; it was warned about already
+                    entry.tracker.finish("failed")
         self._save()
 
 
@@ -193,9 +198,9 @@ def open_tracking(recipe, run_dir, code: dict) -> Tracking:
             entry.state = {"id": run_id}
         if isinstance(entry.tracker, StoredStep) and entry.state.get("step") is not None:
             stored = tracking._call(entry, "reading its store", entry.tracker.stored_step)
-            if stored is None:  # its store holds no step of the run: send them all again
+            if stored is not None and stored < 0:  # its store holds no step of the run: send them all again
                 entry.state = {"id": entry.state["id"]}
-            elif stored < entry.state["step"]:  # lost to a kill -9: send the rows after `stored` again
+            elif stored is not None and stored < entry.state["step"]:  # lost to a kill -9: send the rows after it again
                 entry.state.update(step=stored, files=sorted(STREAMS))
         if checkpoint is not None or entry.state.get("step") is not None:
             tracking.replay(entry, checkpoint[0] if checkpoint else 0)

@@ -83,7 +83,7 @@ class MlflowTracker:
     def stored_step(self) -> Optional[int]:
         keys = self.client.get_run(self.run_id).data.metrics
         steps = [m.step for key in keys for m in self.client.get_metric_history(self.run_id, key)]
-        return max(steps) if steps else None
+        return max(steps) if steps else -1
 
 
 def build(config: MlflowConfig, ctx) -> MlflowTracker:

@@ -74,7 +74,8 @@ class TrackioTracker:
     def stored_step(self) -> Optional[int]:
         from trackio.sqlite_storage import SQLiteStorage
 
-        return SQLiteStorage.get_max_step_for_run(self.config.project, self.name)
+        step = SQLiteStorage.get_max_step_for_run(self.config.project, self.name)
+        return -1 if step is None else int(step)
 
 
 def build(config: TrackioConfig, ctx) -> TrackioTracker:

@@ -36,6 +36,7 @@ class WandbTracker:
     def __init__(self, config: WandbConfig):
         self.config = config
         self.run = None
+        self.offline_dir: Optional[Path] = None
 
     def start(self, run) -> str:
         import wandb
@@ -45,6 +46,7 @@ class WandbTracker:
         mode = "online" if key else "offline"
         settings = wandb.Settings(console="off", save_code=False, x_disable_stats=True, silent=True, **({"api_key": key} if key else {}))
         run_id = run.resume_id or generate_id()
+        self.offline_dir = Path(self.config.dir or Path(run.run_dir) / "trackers") / "wandb" if mode == "offline" else None
         self.run = wandb.init(project=self.config.project, entity=self.config.entity, id=run_id, resume="allow", name=Path(run.run_dir).name,
                               job_type=run.kind, tags=self.config.tags or None, config=run_config(run),
                               dir=str(self.config.dir or Path(run.run_dir) / "trackers"), mode=mode, settings=settings, reinit="create_new")
@@ -57,6 +59,23 @@ class WandbTracker:
         import wandb
 
         self.run.log({f"tables/{name}": wandb.Table(columns=columns, data=[[v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for v in row] for row in rows])})
+
+    def stored_step(self) -> Optional[int]:
+        """The last history step of this run's offline folders, read by wandb's own reader
+        (`wandb leet inspect`): wandb's service writes in blocks, and a kill -9 of the run takes
+        the block it still held. None online (the server holds the history)."""
+        import json
+        import subprocess
+        import sys
+
+        if self.offline_dir is None:
+            return None
+        steps = [-1]
+        for path in sorted(self.offline_dir.glob(f"offline-run-*-{self.run.id}/run-{self.run.id}.wandb")):
+            out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(path)], capture_output=True, text=True, timeout=300, check=True).stdout
+            records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            steps += [int(r["history"]["step"]["num"]) for r in records if r.get("type") == "history"]
+        return max(steps)
 
     def finish(self, status: str) -> None:
         if self.run is not None:

@@ -101,7 +101,8 @@ class PendingLoss(LossOutput):
         self._loss_name = loss_name
         self._clip = clip
         self._resolved: Optional[tuple[float, dict[str, float]]] = None
-        self.n_tokens = float(sum(sum(d.weights) for d in self._datums))
+        # Weighted positions, counted: GRPO's loss_normalization sets weights other than 1.
+        self.n_tokens = float(sum(sum(1 for w in d.weights if w) for d in self._datums))
 
     def resolve(self) -> tuple[float, dict[str, float]]:
         if self._resolved is None:

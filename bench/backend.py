@@ -34,7 +34,7 @@ def run(args) -> dict:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
     config = LocalConfig(model=args.model, micro_batch_size=args.micro_batch_size, sample_batch_size=args.batch, dtype=args.dtype, base_matmul_dtype=args.base_matmul_dtype)
-    model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype, device=config.device)
+    model, tokenizer = load_model_and_tokenizer(config.model, device=config.device)  # fp32: the policy casts for dtype = "bfloat16"
     policy = LocalPolicy(model, tokenizer, config, seed=args.seed)
     load_s = time.perf_counter() - started
 

@@ -75,7 +75,7 @@ def run_emojikit(args) -> dict:
     config = LocalConfig(lora_rank=LORA["r"], lora_alpha=LORA["lora_alpha"], lora_dropout=LORA["lora_dropout"], seed=0, **({"threads": args.threads} if args.threads else {}), **json.loads(args.emojikit_config))
     if config.threads:
         torch.set_num_threads(config.threads)
-    model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype, device="cpu")
+    model, tokenizer = load_model_and_tokenizer(config.model, device="cpu")  # fp32: the policy casts for dtype = "bfloat16"
     policy = LocalPolicy(model, tokenizer, config, seed=0)
     steps = []
     for step in range(args.warmup + args.steps):

@@ -284,13 +284,14 @@ def test_missing_recipe_file(tmp_path):
 # --- CLI listing -------------------------------------------------------------------------
 
 
-def test_list_plugins_json_lists_six_kinds_and_builtins():
+def test_list_plugins_json_lists_seven_kinds_and_builtins():
     result = invoke("list-plugins", "--json")
     assert result.exit_code == 0
     data = json.loads(result.output)
-    assert set(data["kinds"]) == {"prompt_source", "teacher", "judge", "reward", "decoder", "backend"}
+    assert set(data["kinds"]) == {"prompt_source", "teacher", "judge", "reward", "decoder", "backend", "tracker"}
     got = {(c["kind"], c["name"]) for c in data["components"]}
-    for expected in [("prompt_source", "generated"), ("prompt_source", "jsonl"), ("teacher", "lexicon"), ("judge", "retrieval"), ("reward", "similarity"), ("decoder", "emoji-mask"), ("decoder", "none"), ("backend", "local")]:
+    for expected in [("prompt_source", "generated"), ("prompt_source", "jsonl"), ("teacher", "lexicon"), ("judge", "retrieval"), ("reward", "similarity"), ("decoder", "emoji-mask"), ("decoder", "none"), ("backend", "local"),
+                     ("tracker", "tensorboard"), ("tracker", "trackio"), ("tracker", "wandb"), ("tracker", "mlflow")]:
         assert expected in got
     assert all(c["distribution"] == "emojikit" for c in data["components"])
     assert data["failures"] == []

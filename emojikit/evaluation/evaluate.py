@@ -113,7 +113,7 @@ class EvalSettings(ConfigModel):
         try:  # a run directory means its final checkpoint
             return [resolve_checkpoint(checkpoint) for checkpoint in checkpoints]
         except InputFileError as exc:
-            raise ValueError(f"{exc} (or base, or teacher:NAME)") from None
+            raise ValueError(f"{exc}; give a checkpoint or run directory, base or teacher:NAME") from None
 
 
 DEFAULT_SOURCE_TARGETS = 128

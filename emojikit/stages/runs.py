@@ -273,9 +273,9 @@ def resolve_checkpoint(ref: str) -> str:
         return ref
     path = Path(ref)
     if not path.exists():
-        raise InputFileError(f"{ref} is not a checkpoint directory (no such folder; a run directory such as runs/NAME works too)")
+        raise InputFileError(f"{ref} is not a checkpoint directory (no such folder)")
     if not path.is_dir():
-        raise InputFileError(f"{ref}: not a checkpoint directory but a file; expected runs/NAME/checkpoints/step_N or a run directory runs/NAME")
+        raise InputFileError(f"{ref}: not a checkpoint directory but a file")
     if is_checkpoint_dir(path):
         return ref
     if is_run_dir(path):
@@ -301,7 +301,7 @@ def trained_senders(runs_root: Path = Path("runs")) -> list[Path]:
     for run in Path(runs_root).iterdir():
         if not run.is_dir() or (latest := latest_checkpoint(run)) is None:
             continue
-        if run_kind(run) not in ("sft", "grpo"):
+        if run_kind(run) not in ("sft", "grpo", "rft"):
             continue
         found.append(latest[1])
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)

@@ -118,7 +118,7 @@ class GRPOSettings(ConfigModel):
         try:
             return resolve_checkpoint(value)  # a run directory means its final checkpoint
         except InputFileError as exc:
-            raise ValueError(f'{exc} (or use "auto", "base" or a recipe)') from None
+            raise ValueError(f'{exc}; give a checkpoint or run directory, "auto", "base" or a recipe') from None
 
 
 @dataclass

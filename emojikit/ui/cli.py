@@ -239,7 +239,7 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
         try:
             checkpoint = resolve_checkpoint(checkpoint)  # a run directory means its final checkpoint
         except InputFileError as exc:
-            raise InputFileError(f"--checkpoint {exc}") from None
+            raise InputFileError(f"--checkpoint {exc}; give a checkpoint or run directory, or \"base\"") from None
     if checkpoint != "base":
         from emojikit.composition.preflight import check_checkpoint_files
 

@@ -117,7 +117,7 @@ def check_checkpoint(checkpoint: Optional[str]) -> Optional[str]:
     try:
         checkpoint = resolve_checkpoint(checkpoint)  # a run directory means its final checkpoint
     except InputFileError as exc:
-        raise InputFileError(f"--checkpoint {exc} (or \"base\")") from None
+        raise InputFileError(f"--checkpoint {exc}; give a checkpoint or run directory, or \"base\"") from None
     from emojikit.composition.preflight import check_checkpoint_files
 
     check_checkpoint_files(checkpoint)  # a damaged file is named before any model loads

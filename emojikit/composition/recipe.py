@@ -26,7 +26,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-RECIPE_KINDS = ("data", "sft", "grpo", "eval")
+RECIPE_KINDS = ("data", "sft", "grpo", "rft", "eval")
 TOP_LEVEL_KEYS = ("kind", "name", "seed", "out")
 # Every kind may send its run to trackers: `[tracking] use = ["tensorboard", "wandb"]`, each
 # tracker's settings in a table named after it (`[tracking.wandb] project = "..."`).
@@ -52,6 +52,12 @@ RECIPE_SHAPES: dict[str, dict[str, Any]] = {
         "optional": ["teacher"],
         "settings": {"grpo": "emojikit.training.grpo:GRPOSettings", "game": "emojikit.play.game:GameSettings"},
         "runner": "emojikit.training.grpo:run",
+    },
+    "rft": {
+        "required": ["backend", "decoder", "judge", "reward", "prompts"],
+        "optional": [],
+        "settings": {"rft": "emojikit.training.rft:RFTSettings", "game": "emojikit.play.game:GameSettings"},
+        "runner": "emojikit.training.rft:run",
     },
     "eval": {
         "required": ["backend", "decoder", "judge", "reward", "prompts"],

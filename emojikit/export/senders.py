@@ -22,7 +22,7 @@ from emojikit.stages import runs
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")  # a PEFT adapter (local backend)
 TINKER_FILE = "tinker.json"  # a Tinker checkpoint: its tinker:// state path
 STATE_FILE = "stage.json"
-SENDER_KINDS = ("sft", "grpo")
+SENDER_KINDS = ("sft", "grpo", "rft")
 
 
 @dataclass

@@ -33,7 +33,8 @@ from emojikit.composition.recipe import TRACKING_TABLE, Recipe, check_ready, loa
 STAGE_FILE = "stage.json"
 
 # Where a recipe may name the recipe that makes its input: kind -> (table, key, kinds it may name).
-UPSTREAM_KEYS = {"sft": ("sft", "data", ("data",)), "grpo": ("grpo", "start_from", ("sft", "grpo"))}
+UPSTREAM_KEYS = {"sft": ("sft", "data", ("data",)), "grpo": ("grpo", "start_from", ("sft", "grpo", "rft")),
+                 "rft": ("rft", "start_from", ("sft", "grpo", "rft"))}
 # What an SFT run reads from its data run.
 DATA_FILES = {"train_file": "sft_train.jsonl", "test_file": "sft_test.jsonl"}
 
@@ -78,10 +79,10 @@ def declared_inputs(recipe: Recipe, has_upstream: bool) -> list[Path]:
     if recipe.kind == "sft":
         s = recipe.settings["sft"]
         return [getattr(s, name) for name in DATA_FILES if not has_upstream or name in s.model_fields_set]
-    if recipe.kind == "grpo" and recipe.settings["grpo"].start_from == "auto":
+    if recipe.kind in ("grpo", "rft") and recipe.settings[recipe.kind].start_from == "auto":
         from emojikit.training.grpo import resolve_start
 
-        start = resolve_start(recipe.settings["grpo"])
+        start = resolve_start(recipe.settings[recipe.kind])
         return [Path(start)] if start else []
     return []
 
@@ -238,8 +239,8 @@ def derived_overrides(stage: Stage) -> list[str]:
         if stage.kind == "sft":
             fields_set = stage.recipe.settings["sft"].model_fields_set
             extra += [f"sft.{name}={json.dumps(str(output / file))}" for name, file in DATA_FILES.items() if name not in fields_set]
-        elif stage.kind == "grpo":
-            extra.append(f"grpo.start_from={json.dumps(str(output))}")
+        elif stage.kind in ("grpo", "rft"):
+            extra.append(f"{stage.kind}.start_from={json.dumps(str(output))}")
     if stage.run_dir != stage.recipe.out:
         extra.append(f"out={json.dumps(str(stage.run_dir))}")
     return extra

@@ -208,7 +208,7 @@ def recipe_differences(recorded_toml: str, new_toml: str) -> list[str]:
 
 # Keys that say how long a run goes or how fast this machine runs it, not what it computes:
 # --resume may change them (extend a run by more steps), and says so.
-RESUMABLE_CHANGES = ("sft.steps", "sft.epochs", "grpo.steps", "backend.threads")
+RESUMABLE_CHANGES = ("sft.steps", "sft.epochs", "grpo.steps", "rft.rounds", "backend.threads")
 RESUMABLE_PREFIXES = ("tracking.",)  # which trackers watch a run changes nothing it computes
 
 

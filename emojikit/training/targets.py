@@ -27,7 +27,7 @@ def split_targets(recipe, g, run_dir, seen: frozenset[str] = frozenset()) -> tup
         from emojikit.evaluation.evaluate import read_targets
 
         if not Path(g.heldout_file).is_file():
-            raise InputFileError(f"{recipe.path}: [grpo] heldout_file: {g.heldout_file} does not exist (make it with: emojikit run recipes/data.toml)")
+            raise InputFileError(f"{recipe.path}: [{table_of(g)}] heldout_file: {g.heldout_file} does not exist (make it with: emojikit run recipes/data.toml)")
         whole_file = read_targets(g.heldout_file)
         heldout = whole_file[: g.eval_targets]
         held = {m.text for m in whole_file}  # the whole file, also the rows past eval_targets, never trains
@@ -39,8 +39,13 @@ def split_targets(recipe, g, run_dir, seen: frozenset[str] = frozenset()) -> tup
         held = {m.text for m in heldout}
         train = list(itertools.islice((m for m in drawn if m.text not in held and m.text not in seen and short_enough(m, g)), g.target_pool))
     if not train:
-        raise ConfigError(f"{recipe.path}: [grpo] eval_targets: the prompt source gave no messages for training")
+        raise ConfigError(f"{recipe.path}: [{table_of(g)}] eval_targets: the prompt source gave no messages for training")
     return heldout, train
+
+
+def table_of(g) -> str:
+    """The recipe table of the settings `g` (GRPO's or RFT's), for error lines."""
+    return getattr(g, "table_name", "grpo")
 
 
 def compared_texts(recipe, g) -> frozenset[str]:

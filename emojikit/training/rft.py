@@ -1,0 +1,392 @@
+"""Rejection-sampling fine-tuning (RFT; ReST / expert iteration) on the retrieval game.
+
+The second RL method of the toolkit, written once against Policy (sample, forward_backward
+with "cross_entropy", optim_step, save, load), so it runs on the local backend and on Tinker.
+A round is:
+  states (first turn: training targets; repair: cached first-turn misses of training targets)
+  -> sample k answers per state under the decoder -> score each with the game's judge and
+  reward -> keep (keep_answers) -> cross-entropy on the kept (prompt, answer) pairs for
+  sft_steps optimizer steps -> metrics, checkpoint.
+
+Repair states are made once per run, before any training, by the start checkpoint playing the
+2-turn game at state_temperature on the TRAINING targets (never the held-out ones): its
+first-turn misses, each with the judge's wrong guess (train_states.jsonl, the format of
+`emojikit repair-states`). A repair answer is scored as the game scores it after that miss:
+the judge reads [turn 1, the answer] with its wrong guess behind it (repair.judge_turn2), and
+the reward scores the 2-turn episode.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from emojikit.api.config import ConfigModel
+
+METRICS_FILE = "metrics.jsonl"
+EVAL_FILE = "eval.jsonl"
+KEPT_FILE = "kept.jsonl"
+STATES_FILE = "train_states.jsonl"
+
+
+class RFTSettings(ConfigModel):
+    table_name: ClassVar[str] = "rft"  # named in the target-split errors (emojikit.training.targets)
+
+    states: Literal["first_turn", "repair"] = Field(
+        "repair", description='"first_turn": a state is a training target and its sender prompt; "repair": a cached first-turn miss '
+        "of a training target (turn 1, the judge's wrong guess) and the prompt the game shows the sender after it; reward = the repair's own outcome."
+    )
+    rounds: int = Field(3, ge=1, description="Rounds of sample -> keep -> cross-entropy; a checkpoint after each (save_every).")
+    states_per_round: int = Field(64, ge=1, description="States sampled each round, drawn in turn from the training states (an epoch is a permutation).")
+    samples_per_state: int = Field(8, ge=1, description="Answers sampled per state (k) from the current policy under the decoder.")
+    temperature: float = Field(1.0, gt=0, description="Sender temperature of the k samples: diversity is what rejection sampling selects from.")
+    keep: Literal["best", "wins"] = Field(
+        "best", description='"best": the state\'s highest-reward answer (the first sampled on a tie); "wins": every distinct answer '
+        "that passes the threshold. Either way a kept answer also passes min_reward and beats the baseline."
+    )
+    min_reward: Optional[float] = Field(
+        None, description="A kept answer's reward (the reward's total) is at least this; unset: the answer must win (the judge's guess "
+        "reaches the reward's success threshold)."
+    )
+    baseline: Literal["mean", "repeat", "none"] = Field(
+        "mean", description='A kept answer\'s reward is above: "mean" the mean of the state\'s k samples (a state whose answers all score '
+        'alike teaches nothing); "repeat" (repair only) the reward of sending turn 1 again, the repair every sender has; "none": no baseline.'
+    )
+    sft_steps: int = Field(8, ge=0, description="Cross-entropy optimizer steps per round on the round's kept pairs.")
+    batch_size: int = Field(16, ge=1, description="Kept pairs per cross-entropy step (drawn in turn, an epoch a permutation).")
+    learning_rate: float = Field(1e-4, gt=0, description="Adam learning rate of the cross-entropy steps.")
+    state_temperature: float = Field(0.3, gt=0, description="Repair: the temperature at which the start checkpoint plays turn 1 to make the training states (the held-out game's).")
+    start_from: str = Field(
+        "auto", description='A recipe whose run gives the start checkpoint (e.g. recipes/sft.toml; emojikit run runs it first when missing or stale), '
+        '"auto" (the sft_run checkpoint if present, else base), "base", or a checkpoint path.'
+    )
+    sft_run: Path = Field(Path("runs/sft"), description="Run directory whose latest checkpoint start_from=auto uses.")
+    heldout_file: Optional[Path] = Field(
+        None, description="Held-out targets (JSONL with a text field, or one per line): none of its rows trains or makes a training state; "
+        "the first eval_targets are played; default: the first eval_targets of the prompt source."
+    )
+    target_pool: int = Field(400, ge=1, description="Training targets drawn from the prompt source (none held out, none whose teacher answer the start's SFT saw).")
+    target_max_words: Optional[int] = Field(None, ge=1, description="Train only on targets of at most this many words.")
+    eval_targets: int = Field(32, ge=0, description="Held-out targets played (the recipe's game) before, after and every eval_every rounds.")
+    eval_every: int = Field(0, ge=0, description="Held-out game every N rounds (0: only before and after).")
+    eval_temperature: float = Field(0.3, gt=0, description="Sender temperature of the held-out game.")
+    save_every: int = Field(1, ge=0, description="Checkpoint every N rounds (0: only at the end).")
+    log_kept: int = Field(16, ge=0, description="Kept pairs per round written to kept.jsonl.")
+
+    @model_validator(mode="after")
+    def _repeat_needs_repair(self):
+        if self.baseline == "repeat" and self.states != "repair":
+            raise ValueError('baseline = "repeat" needs states = "repair" (a first turn has no turn 1 to send again)')
+        return self
+
+    @field_validator("start_from")
+    @classmethod
+    def _start_exists(cls, value: str) -> str:
+        from emojikit.training.grpo import GRPOSettings
+
+        return GRPOSettings._start_exists(value)
+
+
+@dataclass
+class Candidate:
+    """One sampled answer to one state, scored as the game scores it."""
+
+    state: int  # index of its state in the round
+    sample: object  # the Policy's Sample (prompt tokens + answer tokens)
+    text: str
+    valid: bool
+    reward: float
+    success: bool
+    similarity: float
+
+
+# --- the keep rule ------------------------------------------------------------------------
+
+
+def keep_answers(candidates: list[list[Candidate]], s: RFTSettings, threshold_of, baselines: Optional[list[float]] = None) -> list[Candidate]:
+    """The candidates that train, per state: valid, at least the threshold (min_reward, else a
+    win), above the state's baseline (s.baseline: the mean of its k rewards, `baselines[i]`
+    for "repeat", nothing for "none"); of those the best one ("best") or every distinct text
+    ("wins"). `threshold_of(c)` says whether c passes the threshold."""
+    kept = []
+    for i, group in enumerate(candidates):
+        if not group:
+            continue
+        if s.baseline == "mean":
+            floor = statistics.fmean(c.reward for c in group)
+        elif s.baseline == "repeat":
+            floor = baselines[i] if baselines is not None else float("-inf")
+        else:
+            floor = float("-inf")
+        passing = [c for c in group if c.valid and threshold_of(c) and c.reward > floor + 1e-9]
+        if not passing:
+            continue
+        if s.keep == "best":
+            kept.append(max(passing, key=lambda c: c.reward))  # max keeps the first of equals
+        else:
+            seen = set()
+            for c in sorted(passing, key=lambda c: -c.reward):
+                if c.text not in seen:
+                    seen.add(c.text)
+                    kept.append(c)
+    return kept
+
+
+def threshold(s: RFTSettings):
+    if s.min_reward is None:
+        return lambda c: c.success
+    return lambda c: c.reward >= s.min_reward
+
+
+# --- states and their answers ---------------------------------------------------------------
+
+
+def make_train_states(policy, decoder, judge, reward, targets, game, s: RFTSettings, seed: int, path: Path, start: str) -> None:
+    """The start checkpoint's first-turn misses on the training targets, written once to `path`
+    in the repair-states format (a header line, then one state per line)."""
+    from emojikit.api.errors import ConfigError
+    from emojikit.api.policy import SamplingParams
+    from emojikit.evaluation.repair import STATES_FORMAT
+    from emojikit.play.game import play
+    from emojikit.support.io import atomic_write_jsonl
+
+    two_turns = game.model_copy(update={"max_turns": 2})
+    sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=s.state_temperature, seed=seed)
+    episodes = play(policy, decoder, judge, reward, targets, settings=two_turns, sampling=sampling, group_size=1)
+    misses = [ep for ep in episodes if not ep.failed and len(ep.turns) == 2]
+    if not misses:
+        raise ConfigError(f"[rft] states = \"repair\": the start ({start}) won the first turn on all {len(episodes)} training targets; no states to repair")
+    header = {"repair_states": STATES_FORMAT, "sender": start, "targets": "training", "temperature": s.state_temperature, "seed": seed,
+              "played": len(episodes), "states": len(misses), "own_repair_wins": sum(bool(ep.success) for ep in misses)}
+    rows = [{"target": ep.target, "category": ep.category, "turn1": ep.turns[0].emoji, "guess": ep.turns[0].guess,
+             "similarity": round(ep.turns[0].similarity, 4), "own_turn2": ep.turns[1].emoji} for ep in misses]
+    atomic_write_jsonl(path, [header, *rows])
+
+
+def first_turn_candidates(policy, decoder, judge, reward, targets, game, sampling, k: int) -> list[list[Candidate]]:
+    """k one-turn episodes per target, played and scored by the game."""
+    from emojikit.api.components import is_success
+    from emojikit.play.game import play
+
+    one_turn = game.model_copy(update={"max_turns": 1})
+    episodes = play(policy, decoder, judge, reward, targets, settings=one_turn, sampling=sampling, group_size=k)
+    groups = []
+    for i in range(len(targets)):
+        group = []
+        for ep in episodes[i * k : (i + 1) * k]:
+            if ep.failed or not ep.turns:
+                continue  # the judge gave up: no measured reward
+            turn = ep.turns[0]
+            group.append(Candidate(i, turn.sample, turn.emoji, turn.valid, float(ep.reward["total"]), is_success(reward, turn.similarity), turn.similarity))
+        groups.append(group)
+    return groups
+
+
+def repair_episodes(states, answers: list[str], rows: list[dict], valid: list[bool], samples=None):
+    """2-turn episodes after each state's miss, with the judged answer as turn 2 (for reward.score)."""
+    from emojikit.api.components import Episode, EpisodeTurn
+
+    episodes = []
+    for j, (state, answer, row) in enumerate(zip(states, answers, rows)):
+        turn1 = EpisodeTurn(emoji=state.turn1, valid=True, guess=state.guess, similarity=state.similarity)
+        turn2 = EpisodeTurn(emoji=answer, valid=valid[j], guess=row["guess"] or "", similarity=row["similarity"], sample=samples[j] if samples else None)
+        episodes.append(Episode(target=state.target, category=state.category, turns=[turn1, turn2], success=row["success"], failed=row["guess"] is None))
+    return episodes
+
+
+def repair_candidates(policy, decoder, judge, reward, states, game, sampling, k: int) -> list[list[Candidate]]:
+    """k turn-2 answers per state on the game's own turn-2 prompt, judged as the repair benchmark does."""
+    from emojikit.api.format import format_of
+    from emojikit.evaluation.repair import judge_turn2, turn2_prompts
+    from emojikit.play.game import _format_ok
+
+    fmt = format_of(decoder)
+    prompts = turn2_prompts(game.model_copy(update={"max_turns": 2}), states, fmt)
+    samples = [sample for group in policy.sample(prompts, k, sampling, decoder) for sample in group]
+    flat_states = [state for state in states for _ in range(k)]
+    answers = [sample.text for sample in samples]
+    rows = judge_turn2(judge, reward, flat_states, answers)
+    valid = [_format_ok(decoder, fmt, a) for a in answers]
+    episodes = repair_episodes(flat_states, answers, rows, valid, samples)
+    scored = [ep for ep in episodes if not ep.failed]
+    totals = dict(zip((id(ep) for ep in scored), (float(b["total"]) for b in reward.score(scored)))) if scored else {}
+    groups: list[list[Candidate]] = [[] for _ in states]
+    for j, ep in enumerate(episodes):
+        if not ep.failed:
+            groups[j // k].append(Candidate(j // k, samples[j], answers[j], valid[j], totals[id(ep)], bool(ep.success), ep.turns[1].similarity))
+    return groups
+
+
+def repeat_baselines(judge, reward, states) -> list[float]:
+    """The reward of sending turn 1 again after each state's miss (baseline = "repeat")."""
+    from emojikit.evaluation.repair import judge_turn2
+
+    answers = [state.turn1 for state in states]
+    rows = judge_turn2(judge, reward, states, answers)
+    episodes = repair_episodes(states, answers, rows, [True] * len(states))
+    scored = iter(reward.score([ep for ep in episodes if not ep.failed]))
+    return [float("inf") if ep.failed else float(next(scored)["total"]) for ep in episodes]  # an unjudged baseline keeps nothing
+
+
+# --- cross-entropy on the kept pairs --------------------------------------------------------------
+
+
+def train_kept(policy, kept: list[Candidate], s: RFTSettings, seed: int, round_index: int) -> dict:
+    """sft_steps cross-entropy steps over the kept pairs (the answer's tokens carry the loss, as sampled)."""
+    from emojikit.api.policy import AdamParams, Datum
+    from emojikit.training.sft import batch_indices
+
+    if not kept or not s.sft_steps:
+        return {}
+    datums = [Datum.from_sample(c.sample) for c in kept]
+    losses, norms = [], []
+    for step in range(s.sft_steps):
+        batch = [datums[i] for i in batch_indices(len(datums), s.batch_size, step, seed * 1_000 + round_index)]
+        out = policy.forward_backward(batch, "cross_entropy")
+        optim = policy.optim_step(AdamParams(learning_rate=s.learning_rate))
+        losses.append(out.loss)
+        if "grad_norm" in optim:
+            norms.append(optim["grad_norm"])
+    row = {"loss": statistics.fmean(losses), "loss_first": losses[0], "loss_last": losses[-1], "sft_steps": len(losses)}
+    if norms:
+        row["grad_norm"] = statistics.fmean(norms)
+    return row
+
+
+def round_statistics(candidates: list[list[Candidate]], kept: list[Candidate]) -> dict:
+    everything = [c for group in candidates for c in group]
+    row = {
+        "states": len(candidates), "samples": len(everything), "kept": len(kept),
+        "kept_share": len(kept) / max(len(everything), 1),
+        "states_kept": len({c.state for c in kept}) / max(len(candidates), 1),
+        "states_with_win": sum(any(c.success for c in group) for group in candidates) / max(len(candidates), 1),
+        "sample_success_rate": statistics.fmean(c.success for c in everything) if everything else 0.0,
+        "reward_mean_all": statistics.fmean(c.reward for c in everything) if everything else 0.0,
+        "format_violations": statistics.fmean(not c.valid for c in everything) if everything else 0.0,
+    }
+    if kept:
+        row["reward_mean_kept"] = statistics.fmean(c.reward for c in kept)
+        row["similarity_mean_kept"] = statistics.fmean(c.similarity for c in kept)
+    return row
+
+
+# --- the loop ---------------------------------------------------------------------------------
+
+
+def run(recipe, run_dir) -> None:
+    from tqdm import tqdm
+
+    from emojikit.api.components import add_candidates
+    from emojikit.api.policy import SamplingParams
+    from emojikit.evaluation.repair import read_states
+    from emojikit.stages.interrupt import Interrupted, graceful_stop
+    from emojikit.support.io import atomic_write_text
+    from emojikit.training.grpo import before_after_table, evaluate_game, held_out_judge, resolve_start
+    from emojikit.training.sft import batch_indices
+    from emojikit.training.targets import sft_seen, split_targets
+
+    s: RFTSettings = recipe.settings["rft"]
+    game = recipe.settings["game"]
+
+    start_ref = resolve_start(s)
+    seen = sft_seen(start_ref)  # messages whose teacher answers trained the start never train here
+    heldout, train_targets = split_targets(recipe, s, run_dir, seen)
+    backend = recipe.components["backend"]
+    if start_ref is not None and "init_from" in type(backend.config).model_fields:
+        backend = type(backend)(backend.table, backend.spec, backend.config.model_copy(update={"init_from": start_ref}))
+    recipe.components["backend"] = backend
+    judge = recipe.build("judge", run_dir.path)
+    reward = recipe.build("reward", run_dir.path)
+    policy = recipe.build("backend", run_dir.path)
+    decoder = recipe.build("decoder", run_dir.path)
+    add_candidates(judge, [m.text for m in heldout + train_targets])
+    heldout_judge = held_out_judge(recipe, run_dir, judge, heldout)
+    print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets"
+          f"{f' (none of the {len(seen)} messages its SFT trained on)' if seen else ''}, {len(heldout)} held out")
+    atomic_write_text(run_dir.file("start.json"), json.dumps({"start": start_ref or "base"}) + "\n")
+
+    states = None
+    if s.states == "repair":
+        states_path = run_dir.file(STATES_FILE)
+        if not states_path.exists():  # made by the start weights, before resume_policy loads a later round
+            make_train_states(policy, decoder, judge, reward, train_targets, game, s, recipe.seed, states_path, start_ref or "base")
+        header, states = read_states(states_path)
+        print(f"{len(states)} repair states: the start's first-turn misses on {header['played']} training targets ({states_path})")
+    pool_size = len(states) if states is not None else len(train_targets)
+
+    start = run_dir.resume_policy(policy, (METRICS_FILE, EVAL_FILE, KEPT_FILE))
+    evals = {row["step"]: row for row in run_dir.read(EVAL_FILE)}
+
+    def evaluate(done: int) -> dict:
+        if done not in evals:
+            evals[done] = {"step": done, **evaluate_game(policy, decoder, heldout_judge, reward, heldout, game, s.eval_temperature, recipe.seed)}
+            run_dir.log(EVAL_FILE, evals[done])
+        return evals[done]
+
+    if heldout:
+        evaluate(0)
+    stop_hint = recipe.resume_hint()
+    with graceful_stop() as stop:
+        bar = tqdm(range(start, s.rounds), initial=start, total=s.rounds, desc="rft", unit="round")
+        for round_index in bar:
+            t0 = time.time()
+            done = round_index + 1
+            chosen = batch_indices(pool_size, min(s.states_per_round, pool_size), round_index, recipe.seed)
+            sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=s.temperature, seed=recipe.seed * 100_003 + round_index)
+            baselines = None
+            if states is not None:
+                round_states = [states[i] for i in chosen]
+                candidates = repair_candidates(policy, decoder, judge, reward, round_states, game, sampling, s.samples_per_state)
+                if s.baseline == "repeat":
+                    baselines = repeat_baselines(judge, reward, round_states)
+                targets = [st.target for st in round_states]
+            else:
+                round_targets = [train_targets[i] for i in chosen]
+                candidates = first_turn_candidates(policy, decoder, judge, reward, round_targets, game, sampling, s.samples_per_state)
+                targets = [m.text for m in round_targets]
+            t_sample = time.time() - t0
+            kept = keep_answers(candidates, s, threshold(s), baselines)
+            row = {"step": done, "round": done, **round_statistics(candidates, kept), "sample_seconds": t_sample}
+            if baselines is not None:
+                row["repeat_reward_mean"] = statistics.fmean(b for b in baselines if b != float("inf")) if any(b != float("inf") for b in baselines) else 0.0
+            row.update(train_kept(policy, kept, s, recipe.seed, round_index))
+            row["round_seconds"] = time.time() - t0
+            for c in kept[: s.log_kept]:
+                run_dir.log(KEPT_FILE, {"step": done, "target": targets[c.state], "answer": c.text, "reward": round(c.reward, 4), "similarity": round(c.similarity, 4)})
+            if heldout and s.eval_every and done % s.eval_every == 0 and done != s.rounds:
+                held = evaluate(done)
+                row["eval_success_rate"], row["eval_repair_rate"] = held["success_rate"], held["repair_rate"]
+            run_dir.log(METRICS_FILE, row)
+            bar.set_postfix(kept=f"{row['kept_share']:.2f}", reward=f"{row['reward_mean_all']:.3f}", loss=f"{row.get('loss', 0.0):.3f}")
+            if (s.save_every and done % s.save_every == 0) or done == s.rounds or stop:
+                if heldout and done == s.rounds:
+                    evaluate(done)
+                with run_dir.new_checkpoint(done) as tmp:
+                    policy.save(str(tmp))
+            if stop:
+                bar.close()
+                raise Interrupted(f"stopped by {stop.signal_name} after round {done} (checkpoint saved); {stop_hint}")
+        bar.close()
+
+    if heldout and 0 in evals and s.rounds in evals:
+        table = before_after_table(evals[0], evals[s.rounds])
+        atomic_write_text(run_dir.file("before_after.md"), table)
+        print(table)
+    print(f"final adapter: {run_dir.checkpoint_path(s.rounds)}")
+
+
+def preflight(recipe) -> None:
+    """What run() would reject, before a run directory is made: a token budget too small for
+    the decoder's shortest answer."""
+    from emojikit.api.errors import ConfigError
+    from emojikit.composition.preflight import token_budget_problem
+
+    problem = token_budget_problem(recipe, recipe.settings["game"].max_new_tokens, "[game] max_new_tokens")
+    if problem:
+        raise ConfigError(f"{recipe.path}: {problem}")

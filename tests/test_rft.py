@@ -1,0 +1,181 @@
+"""Rejection-sampling fine-tuning (emojikit/training/rft.py): the keep rule, the recipe, a tiny
+run on the local backend that checkpoints and resumes, and the same loop through the Tinker
+backend against the fake service of test_tinker.py."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emojikit.api.errors import ConfigError
+from emojikit.training.rft import Candidate, RFTSettings, keep_answers, threshold
+from emojikit.ui.cli import cli
+
+from test_tinker import service, tokenizer  # noqa: F401 - the fake Tinker service and its tokenizer (fixtures)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args):
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def cand(state, text, reward, success=False, valid=True):
+    return Candidate(state=state, sample=None, text=text, valid=valid, reward=reward, success=success, similarity=reward)
+
+
+# --- the keep rule -----------------------------------------------------------------------------
+
+BATCH = [
+    # state 0: two winners, the better one first sampled second
+    [cand(0, "🎉🎂", 1.2, True), cand(0, "🍕🍕", 0.3), cand(0, "🎂🎁", 1.5, True), cand(0, "🎂🎁", 1.5, True)],
+    # state 1: no answer wins
+    [cand(1, "☔😞", 0.6), cand(1, "🌧️😢", 0.7)],
+    # state 2: every answer wins alike: none beats the mean
+    [cand(2, "🐶🏃", 1.1, True), cand(2, "🐕🏃", 1.1, True)],
+    # state 3: the best answer breaks the format
+    [cand(3, "✈️ Paris", 1.4, True, valid=False), cand(3, "✈️🗼", 1.0, True), cand(3, "🚗", 0.2)],
+    # state 4: the judge gave up on every answer
+    [],
+]
+
+
+def test_keep_best_keeps_the_top_winner_above_the_states_mean():
+    kept = keep_answers(BATCH, RFTSettings(), threshold(RFTSettings()))
+    assert [(c.state, c.text, c.reward) for c in kept] == [(0, "🎂🎁", 1.5), (3, "✈️🗼", 1.0)]
+
+
+def test_keep_wins_keeps_every_distinct_winner_and_min_reward_replaces_success():
+    s = RFTSettings(keep="wins")
+    assert [(c.state, c.text) for c in keep_answers(BATCH, s, threshold(s))] == [(0, "🎂🎁"), (0, "🎉🎂"), (3, "✈️🗼")]
+    s = RFTSettings(min_reward=0.65, baseline="none")
+    assert [(c.state, c.text) for c in keep_answers(BATCH, s, threshold(s))] == [(0, "🎂🎁"), (1, "🌧️😢"), (2, "🐶🏃"), (3, "✈️🗼")]
+
+
+def test_repeat_baseline_is_the_reward_of_sending_turn_one_again():
+    s = RFTSettings(baseline="repeat")
+    kept = keep_answers(BATCH, s, threshold(s), baselines=[1.5, 0.0, 1.0, 0.9, 0.0])
+    assert [(c.state, c.text) for c in kept] == [(2, "🐶🏃"), (3, "✈️🗼")]  # state 0's best only ties its repeat
+    with pytest.raises(ValueError, match="needs states"):
+        RFTSettings(states="first_turn", baseline="repeat")
+
+
+def test_shipped_recipe_is_valid_and_starts_from_the_sft_recipe():
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.stages.pipeline import plan
+
+    recipe = load_recipe(ROOT / "recipes/rft.toml")
+    s = recipe.settings["rft"]
+    assert recipe.kind == "rft" and s.states == "repair" and s.start_from == "recipes/sft.toml"
+    assert [stage.kind for stage in plan(ROOT / "recipes/rft.toml")][-2:] == ["sft", "rft"]
+
+
+def test_a_wrong_rft_key_is_one_line(tmp_path):
+    from emojikit.composition.recipe import load_recipe
+
+    with pytest.raises(ConfigError, match=r"\[rft\].*samples_per_stat"):
+        load_recipe(ROOT / "recipes/rft.toml", ["rft.samples_per_stat=4"])
+
+
+# --- end to end on the local backend ----------------------------------------------------------------
+
+
+def tiny_source(tmp_path: Path) -> tuple[list[str], list[str]]:
+    """A prompt source of 20 messages whose first 6 are the held-out file (2 of them played)."""
+    texts = [f"message number {i} about pizza and rain" for i in range(20)]
+    (tmp_path / "source.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    (tmp_path / "heldout.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:6]), encoding="utf-8")
+    common = ["--set", f"prompts={{use = \"jsonl\", path = {json.dumps(str(tmp_path / 'source.jsonl'))}}}",
+              "--set", f"rft.heldout_file={json.dumps(str(tmp_path / 'heldout.jsonl'))}", "--set", "rft.eval_targets=2",
+              "--set", "rft.target_pool=14", "--set", "rft.target_max_words=20"]
+    return texts[:6], common
+
+
+def test_repair_rft_end_to_end_checkpoints_resumes_and_never_trains_held_out(tmp_path, tiny_model):
+    heldout, source = tiny_source(tmp_path)
+    out = tmp_path / "rft"
+    # A random model hardly wins: keep the best answer above its state's mean, win or not.
+    common = ["--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", 'rft.start_from="base"', "--set", "rft.states_per_round=3",
+              "--set", "rft.samples_per_state=3", "--set", "rft.sft_steps=2", "--set", "rft.batch_size=2", "--set", "rft.min_reward=-10",
+              "--set", "game.max_new_tokens=6", "--set", "judge.distractors=8", "--set", f"out={json.dumps(str(out))}", *source]
+    output = run_cli("run", str(ROOT / "recipes/rft.toml"), "--set", "rft.rounds=2", *common)
+    assert "repair rate" in output and "before" in output and "after" in output
+    metrics = read_rows(out / "metrics.jsonl")
+    assert [r["round"] for r in metrics] == [1, 2]
+    for row in metrics:
+        assert row["states"] == 3 and row["samples"] <= 9
+        for key in ("kept_share", "reward_mean_all", "states_with_win", "format_violations"):
+            assert key in row, key
+        if row["kept"]:
+            assert row["reward_mean_kept"] >= row["reward_mean_all"] and row["sft_steps"] == 2 and row["loss"] > 0
+    assert any(r["kept"] for r in metrics)
+    assert (out / "checkpoints/step_1/adapter_config.json").exists() and (out / "checkpoints/step_2/adapter_config.json").exists()
+    assert [r["step"] for r in read_rows(out / "eval.jsonl")] == [0, 2]
+    states = read_rows(out / "train_states.jsonl")
+    assert states[0]["repair_states"] == 1 and states[0]["targets"] == "training" and len(states) > 1
+    # Held-out targets never make a state, and never train.
+    assert not {s["target"] for s in states[1:]} & set(heldout)
+    assert not {k["target"] for k in read_rows(out / "kept.jsonl")} & set(heldout)
+    states_text = (out / "train_states.jsonl").read_text()
+
+    run_cli("run", str(ROOT / "recipes/rft.toml"), "--set", "rft.rounds=3", "--resume", *common)
+    assert [r["round"] for r in read_rows(out / "metrics.jsonl")] == [1, 2, 3]
+    assert [r["step"] for r in read_rows(out / "eval.jsonl")] == [0, 2, 3]
+    assert (out / "train_states.jsonl").read_text() == states_text  # made once, by the start
+    assert (out / "checkpoints/step_3/adapter_config.json").exists()
+
+
+def test_first_turn_rft_trains_on_the_best_of_k_first_answers(tmp_path, tiny_model):
+    heldout, source = tiny_source(tmp_path)
+    out = tmp_path / "rft1"
+    run_cli("run", str(ROOT / "recipes/rft.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", 'rft.start_from="base"',
+            "--set", 'rft.states="first_turn"', "--set", "rft.rounds=1", "--set", "rft.states_per_round=4", "--set", "rft.samples_per_state=2",
+            "--set", "rft.sft_steps=1", "--set", "rft.min_reward=-10", "--set", "rft.eval_targets=0", "--set", "game.max_new_tokens=6",
+            "--set", "judge.distractors=8", "--set", f"out={json.dumps(str(out))}", *source)
+    (row,) = read_rows(out / "metrics.jsonl")
+    assert row["states"] == 4 and row["samples"] <= 8 and 0 < row["kept"] <= 4  # at most the best per state
+    assert not (out / "train_states.jsonl").exists()
+    assert not {k["target"] for k in read_rows(out / "kept.jsonl")} & set(heldout)
+
+
+# --- the same loop through Tinker -----------------------------------------------------------------
+
+
+def test_rft_through_the_tinker_backend(service, tmp_path, monkeypatch):  # noqa: F811 - the fixture
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.stages.runs import RunDir
+
+    monkeypatch.chdir(tmp_path)
+    # The fake service's random model writes no emoji, and an answer that breaks the format is
+    # never kept: count its answers as well-formed so the rounds have pairs to train on.
+    monkeypatch.setattr("emojikit.play.game._format_ok", lambda decoder, fmt, text: True)
+    Path("tinker-rft.toml").write_text(
+        'kind = "rft"\nname = "r"\nout = "runs/r"\n\n[backend]\nuse = "tinker"\nmax_redraws = 1\n\n[decoder]\nuse = "emoji-mask"\n\n'
+        '[judge]\nuse = "tinker"\nmax_tokens = 6\n\n[reward]\nuse = "similarity"\n\n[prompts]\nuse = "generated"\n\n'
+        "[game]\nmax_turns = 2\nmax_new_tokens = 4\n\n"
+        '[rft]\nstates = "repair"\nrounds = 2\nstates_per_round = 2\nsamples_per_state = 2\nsft_steps = 1\nbatch_size = 2\n'
+        'min_reward = -10.0\neval_targets = 1\ntarget_pool = 6\nstart_from = "base"\n',
+        encoding="utf-8",
+    )
+    recipe = load_recipe("tinker-rft.toml")
+    with RunDir(recipe.out, recipe_toml=recipe.to_toml()) as run_dir:
+        recipe.runner()(recipe, run_dir)
+        metrics = run_dir.read("metrics.jsonl")
+    assert [r["round"] for r in metrics] == [1, 2]
+    assert any(r["kept"] for r in metrics)
+    assert {name for name, _, _ in service.received} == {"cross_entropy"}
+    # Every trained answer is one the sampler produced, token for token.
+    sampled = {tuple(s.tokens) for s in service.sampled}
+    for _, sent, _ in service.received:
+        for d in sent:
+            weights = d.loss_fn_inputs["weights"].tolist()
+            first = next(i for i, w in enumerate(weights) if w)
+            assert tuple(d.loss_fn_inputs["target_tokens"].tolist()[first:]) in sampled
+    assert json.loads(Path("runs/r/checkpoints/step_2/tinker.json").read_text())["state_path"].startswith("tinker://")

@@ -26,7 +26,7 @@ OWN_DISTRIBUTION = "emojikit"
 
 # The four top-level keys are read by emojikit/composition/recipe.py directly, not by a model.
 TOP_LEVEL_HELP = {
-    "kind": ("one of " + ", ".join(RECIPE_SHAPES), "required", "what the recipe runs: a data set, an SFT run, a GRPO run or an evaluation"),
+    "kind": ("one of " + ", ".join(RECIPE_SHAPES), "required", "what the recipe runs: a data set, an SFT run, a GRPO run, an RFT run or an evaluation"),
     "name": ("text", "the file name without .toml", "the run's name"),
     "seed": ("integer, 0 to 4294967295", "0", "seeds every generator of the run (sampling, LoRA init, data order); a component may override it"),
     "out": ("path", '"runs/<name>"', "the run directory (a run with another fingerprint there goes to `<out>-<fingerprint[:8]>`)"),
@@ -82,7 +82,9 @@ def generate() -> str:
     out += ["", "## Loop tables", "", "A loop table sets the loop itself; it has no `use` key.", ""]
     for table, model in loop_models().items():
         users = [kind for kind, shape in RECIPE_SHAPES.items() if table in shape["settings"]]
-        out += [f"### `[{table}]`", "", f"Read by {' and '.join(f'`{k}`' for k in users)} recipes (`{model.__module__}.{model.__name__}`).", ""]
+        named = [f"`{k}`" for k in users]
+        readers = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+        out += [f"### `[{table}]`", "", f"Read by {readers} recipes (`{model.__module__}.{model.__name__}`).", ""]
         out += fields_table(model)
     out += [
         "## Component tables",

@@ -9,6 +9,7 @@ copies in tmp_path. The last test kills a real `emojikit run` subprocess (kill -
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import signal
@@ -334,7 +335,7 @@ def test_the_comparison_names_base_sft_grpo_and_the_teacher(loops, tmp_path, mon
     recipe = load_recipe("grpo.toml", ["grpo.start_from=\"runs/sft/checkpoints/step_4\"", "grpo.eval_targets=3", "backend.init_from=\"runs/sft/checkpoints/step_4\""])
     with RunDir("runs/grpo", resume=True) as run_dir:
         table = comparison.write_comparison(recipe, run_dir, "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2")
-    teacher = ["teacher:lexicon"] if hasattr(__import__("emojikit.evaluation.evaluate").evaluate, "TEACHER_PREFIX") else []
+    teacher = ["teacher:lexicon"] if hasattr(importlib.import_module("emojikit.evaluation.evaluate"), "TEACHER_PREFIX") else []
     assert played == {"checkpoints": ["base", "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2", *teacher], "targets": 3, "init_from": None}
     rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| ") and "0.500" in line]
     assert rows == ["| base", "| sft", "| grpo"] + (["| teacher (lexicon)"] if teacher else [])

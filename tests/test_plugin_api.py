@@ -126,8 +126,8 @@ def test_a_reward_with_only_the_documented_contract_plays_a_game():
     assert all("total" in ep.reward for ep in episodes)
 
 
-def test_the_readme_plugin_example_runs():
-    (block,) = [b for b in python_blocks(ROOT / "README.md") if "register_judges" in b]
+def test_the_documented_plugin_example_runs():
+    (block,) = [b for b in python_blocks(ROOT / "docs" / "plugins.md") if "def register_judges" in b]
     module = types.ModuleType("my_plugin")
     exec(compile(block, "my_plugin.py", "exec"), module.__dict__)
     reg = Registry(load_entrypoints=False)

@@ -173,7 +173,7 @@ CASES = [
     Case("count-over-capacity-jsonl", ["validate", "data.toml", "--set", "data.count=1000"],
          ["[data] count: 1000 messages asked for, but the jsonl prompt source can produce at most 6 distinct ones"]),
     Case("count-over-capacity-generated", ["validate", str(RECIPES / "data.toml"), "--set", "data.count=1e9"],
-         ["[data] count: 1000000000 messages asked for, but the generated prompt source can produce at most"]),
+         ["[data] count: 1000000000 messages asked for, but the mix prompt source can produce at most"]),
     Case("examples-zero", ["eval-sft", "--recipe", "sft.toml", "-n", "0"], ["Invalid value for '-n' / '--examples': 0 is not in the range x>=1"]),
     Case("report-examples-negative", ["report", "done", "--examples", "-1"], ["'--examples': -1 is not in the range x>=0"]),
     Case("temperature-negative", ["chat", "--temperature", "-0.5"], ["'--temperature': -0.5 is not in the range 0.0<=x<=5.0"]),

@@ -246,7 +246,7 @@ use = "lexicon"
     "body, needles",
     [
         ('kind = "data"\n[prompts\nuse = 1\n', ["r.toml", "TOML syntax error", "line 2"]),
-        ('kind = "train"\n', ["r.toml", "kind", "'train'", "data, sft, grpo, eval"]),
+        ('kind = "train"\n', ["r.toml", "kind", "'train'", "data, sft, grpo, rft, eval"]),
         (DATA_RECIPE.replace('use = "lexicon"', 'use = "lexicn"'), ["r.toml", "[teacher] use", "did you mean 'lexicon'", "installed:"]),
         (DATA_RECIPE + "[data]\ncont = 5\n", ["r.toml", "[data] cont: unknown key", "did you mean 'count'"]),
         (DATA_RECIPE + "[data]\ncount = \"many\"\n", ["r.toml", "[data] count"]),

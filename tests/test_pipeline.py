@@ -297,7 +297,7 @@ def test_a_run_directory_without_a_fingerprint_is_left_alone(loops, tmp_path):
 
 def test_recipes_that_name_the_wrong_kind_or_each_other_fail_in_one_line(loops):
     Path("grpo.toml").write_text(GRPO.replace('start_from = "sft.toml"', 'start_from = "data.toml"'), encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"grpo.toml: \[grpo\] start_from: data.toml is a data recipe; expected a sft or grpo recipe"):
+    with pytest.raises(ConfigError, match=r"grpo.toml: \[grpo\] start_from: data.toml is a data recipe; expected a sft, grpo or rft recipe"):
         pipeline.plan("grpo.toml")
     Path("grpo.toml").write_text(GRPO.replace('start_from = "sft.toml"', 'start_from = "grpo.toml"'), encoding="utf-8")
     with pytest.raises(ConfigError, match="recipes name each other in a loop"):

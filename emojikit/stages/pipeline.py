@@ -213,7 +213,8 @@ def _plan_stage(path: Path, overrides: list[str], stages: list[Stage], chain: li
         upstream = _plan_stage(Path(value), [], stages, chain + [path.resolve()], False, trackers)
         kinds = UPSTREAM_KEYS[recipe.kind][2]
         if upstream.kind not in kinds:
-            raise ConfigError(f"{path}: [{table}] {key}: {value} is a {upstream.kind} recipe; expected a {' or '.join(kinds)} recipe")
+            expected = kinds[0] if len(kinds) == 1 else ", ".join(kinds[:-1]) + " or " + kinds[-1]
+            raise ConfigError(f"{path}: [{table}] {key}: {value} is a {upstream.kind} recipe; expected a {expected} recipe")
     payload = stage_payload(recipe, ref, upstream)
     fp = fingerprint(payload)
     action, run_dir, why = decide(recipe.out, fp, payload, resume)

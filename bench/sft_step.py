@@ -12,6 +12,8 @@ noise falls on all of them alike. Settings:
   fp32 / micro 16    one forward pass per batch of 16
   bf16 / micro 8     frozen base projections in bfloat16 (`base_matmul_dtype`), LoRA in fp32
   bf16 / micro 16    both: what recipes/sft.toml uses
+  bf16 compute / micro 16   `dtype = "bfloat16"`: every projection and the head in bf16, fp32 results
+`--settings` picks some of them by number (0-4), e.g. `--settings 0 3 4`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, peak_rss_mb, parser as bench_parser, print_header  # noqa: E402
 
-SETTINGS = [("float32", 8), ("float32", 16), ("bfloat16", 8), ("bfloat16", 16)]
+SETTINGS = [("float32", 8), ("float32", 16), ("bfloat16", 8), ("bfloat16", 16), ("compute:bfloat16", 16)]
+
+
+def setting_config(dtype: str, micro: int) -> dict:
+    if dtype.startswith("compute:"):
+        return {"dtype": dtype.removeprefix("compute:"), "micro_batch_size": micro}
+    return {"base_matmul_dtype": dtype, "micro_batch_size": micro}
+
+
+def setting_name(dtype: str, micro: int) -> str:
+    if dtype.startswith("compute:"):
+        return f"bf16 compute / micro {micro}"
+    return f"{'bf16' if dtype == 'bfloat16' else 'fp32'} / micro {micro}"
 
 
 def run(args) -> dict:
@@ -43,19 +57,21 @@ def run(args) -> dict:
         raise SystemExit(f"{args.train_file}: not found (make it with: emojikit run recipes/data.toml)")
     chats = load_chats(args.train_file, limit=args.batch * (args.rounds + 1))
     policies = {}
-    for dtype, micro in SETTINGS:
+    for dtype, micro in [SETTINGS[i] for i in args.settings]:
         model, tokenizer = load_model_and_tokenizer(SMOLLM2)
-        policies[(dtype, micro)] = LocalPolicy(model, tokenizer, LocalConfig(base_matmul_dtype=dtype, micro_batch_size=micro), seed=args.seed)
+        policies[(dtype, micro)] = LocalPolicy(model, tokenizer, LocalConfig(**setting_config(dtype, micro)), seed=args.seed)
 
     def step(policy, index: int) -> tuple[float, float, float]:
         batch = [chats[i] for i in batch_indices(len(chats), args.batch, index, args.seed)]
         datums = [chat_datum(policy, chat) for chat in batch]
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         out = policy.forward_backward(datums, "cross_entropy")
         policy.optim_step(AdamParams(learning_rate=1e-3))
+        cpu_seconds[id(policy)].append(time.process_time() - cpu)  # robust to other processes on the core
         return time.perf_counter() - started, out.loss, sum(len(d.model_input) for d in datums)
 
     seconds = {key: [] for key in policies}
+    cpu_seconds = {id(policy): [] for policy in policies.values()}
     losses = {key: [] for key in policies}
     tokens = []
     for index in range(args.rounds + 1):  # round 0 warms up every setting
@@ -66,15 +82,18 @@ def run(args) -> dict:
                 losses[key].append(loss)
         if index:
             tokens.append(batch_tokens)
-    base = statistics.median(seconds[SETTINGS[0]])
+    base = statistics.median(seconds[SETTINGS[args.settings[0]]])
+    base_cpu = statistics.median(cpu_seconds[id(policies[SETTINGS[args.settings[0]]])][1:])
     rows = []
     for (dtype, micro), values in seconds.items():
         median = statistics.median(values)
         rows.append({
-            "setting": f"{'bf16' if dtype == 'bfloat16' else 'fp32'} / micro {micro}",
+            "setting": setting_name(dtype, micro),
             "seconds_per_step": round(median, 3),
+            "cpu_seconds_per_step": round(statistics.median(cpu_seconds[id(policies[(dtype, micro)])][1:]), 3),
             "tokens_per_second": round(sum(tokens) / sum(values), 1),
             "speedup": round(base / median, 2),
+            "cpu_speedup": round(base_cpu / statistics.median(cpu_seconds[id(policies[(dtype, micro)])][1:]), 2),
             "mean_loss": round(statistics.mean(losses[(dtype, micro)]), 4),
         })
     return {
@@ -89,14 +108,15 @@ def main() -> None:
     parser = bench_parser(__doc__, threads=0)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--settings", type=int, nargs="+", default=list(range(len(SETTINGS))), help="which settings (0-4, the first is the baseline)")
     parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"))
     args = parser.parse_args()
     result = run(args)
     if print_header(result, args.json):
         return
-    print(f"{'setting':<18} {'s/step':>8} {'tokens/s':>9} {'speedup':>8} {'mean loss':>10}")
+    print(f"{'setting':<26} {'s/step':>8} {'CPU s':>7} {'tokens/s':>9} {'speedup':>8} {'CPU speedup':>12} {'mean loss':>10}")
     for row in result["rows"]:
-        print(f"{row['setting']:<18} {row['seconds_per_step']:>8.3f} {row['tokens_per_second']:>9.1f} {row['speedup']:>7.2f}x {row['mean_loss']:>10.4f}")
+        print(f"{row['setting']:<26} {row['seconds_per_step']:>8.3f} {row['cpu_seconds_per_step']:>7.3f} {row['tokens_per_second']:>9.1f} {row['speedup']:>7.2f}x {row['cpu_speedup']:>11.2f}x {row['mean_loss']:>10.4f}")
     print(f"peak RSS: {result['peak_rss_mb']} MB (all settings' models in one process)")
 
 

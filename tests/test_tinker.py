@@ -576,7 +576,8 @@ def test_grpo_loop_end_to_end_through_tinker_backend_and_judge(service, tmp_path
         'kind = "grpo"\nname = "g"\nout = "runs/g"\n\n[backend]\nuse = "tinker"\nmax_redraws = 1\n\n[decoder]\nuse = "emoji-mask"\n\n'
         '[judge]\nuse = "tinker"\nmax_tokens = 6\n\n[reward]\nuse = "similarity"\n\n[prompts]\nuse = "generated"\n\n'
         "[game]\nmax_turns = 2\nmax_new_tokens = 4\n\n"
-        '[grpo]\nsteps = 2\nbatch_size = 2\ngroup_size = 2\nloss = "ppo"\nclip = 0.2\nkl_coef = 0.1\neval_targets = 1\ntarget_pool = 8\nstart_from = "base"\n',
+        '[grpo]\nsteps = 2\nbatch_size = 2\ngroup_size = 2\nloss = "ppo"\nclip = 0.2\nkl_coef = 0.1\neval_targets = 1\ntarget_pool = 8\nstart_from = "base"\n'
+        "temperature = 1.0\n",  # Tinker trains at temperature 1 (the code default is the local recipe's 0.5)
         encoding="utf-8",
     )
     recipe = load_recipe("tinker-grpo.toml")

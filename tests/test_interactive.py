@@ -182,7 +182,7 @@ def test_report_writes_valid_pngs_and_a_markdown_report(run_dir):
     for name in pngs:
         assert f"]({name})" in report
     assert (run_dir / "before_after.md").read_text().strip() in report
-    assert "| 0 | 2 | 0.000 | 0.310 | 3.00 | 0.000 |" in report  # eval.jsonl, every held-out evaluation
+    assert "| 0 | 2 | 0.000 | - | - | 0.310 | 3.00 | 0.000 |" in report  # eval.jsonl, every held-out evaluation (these rows have no repair figures)
     assert "## Example episodes" in report and "From step 2." in report
     best, worst = report.split("### Best")[1].split("### Worst")
     assert "Happy birthday, grandma!" in best and "keyboard" in worst
@@ -320,11 +320,15 @@ def test_eval_on_two_checkpoints_writes_consistent_json_and_markdown(saved_check
     names = ["base", str(saved_checkpoint)]
     assert list(results["checkpoints"]) == names and results["targets"] == 2
     assert f"{results['targets']} targets" in markdown
-    rows = {line.split(" | ")[0].lstrip("| "): line for line in markdown.splitlines() if line.startswith("| ")}
+    rows: dict = {}
+    for line in markdown.splitlines():  # the first table's row per sender (later tables have rows per sender too)
+        if line.startswith("| "):
+            rows.setdefault(line.split(" | ")[0].lstrip("| "), line)
     for name in names:
         entry = results["checkpoints"][name]["masked"]
         assert entry["episodes"] == results["targets"]
-        assert rows[name].startswith(f"| {name} | {entry['success_rate']:.3f} | {entry['similarity']:.3f} | {entry['mean_turns']:.2f} |")
+        repair = f"{entry['repair_rate']:.3f} ({entry['repair_wins']}/{entry['first_turn_misses']})"
+        assert rows[name].startswith(f"| {name} | {entry['success_rate']:.3f} | {entry['first_turn_success']:.3f} | {repair} | {entry['similarity']:.3f} | {entry['mean_turns']:.2f} |")
         assert sum(c["episodes"] for c in results["checkpoints"][name]["categories"].values()) == results["targets"]
     assert_valid_png(out / "eval.png")
 

@@ -179,3 +179,12 @@ def test_rft_through_the_tinker_backend(service, tmp_path, monkeypatch):  # noqa
             first = next(i for i, w in enumerate(weights) if w)
             assert tuple(d.loss_fn_inputs["target_tokens"].tolist()[first:]) in sampled
     assert json.loads(Path("runs/r/checkpoints/step_2/tinker.json").read_text())["state_path"].startswith("tinker://")
+
+
+def test_a_missing_heldout_file_is_one_line_naming_the_rft_table(tmp_path, tiny_model):
+    result = CliRunner().invoke(cli, ["run", str(ROOT / "recipes/rft.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}",
+                                      "--set", 'rft.start_from="base"', "--set", f"rft.heldout_file={json.dumps(str(tmp_path / 'nope.jsonl'))}",
+                                      "--set", f"out={json.dumps(str(tmp_path / 'r'))}"])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "[rft] heldout_file" in lines[-1] and "nope.jsonl" in lines[-1]

@@ -22,7 +22,7 @@ from emojikit.api.components import Episode, Message, add_candidates
 from emojikit.api.config import ConfigModel
 from emojikit.evaluation.metrics import summarize  # noqa: F401 - the game figures every loop reports
 from emojikit.api.policy import acceptance_between, sample_totals
-from emojikit.training.targets import sft_seen, split_targets  # noqa: F401 - (held-out, training) targets of a run
+from emojikit.training.targets import sft_seen, split_targets, table_of  # noqa: F401 - (held-out, training) targets of a run
 
 EPISODES_FILE = "episodes.jsonl"
 METRICS_FILE = "metrics.jsonl"
@@ -310,7 +310,7 @@ def resolve_start(settings: GRPOSettings) -> Optional[str]:
     if settings.start_from.endswith(".toml"):  # emojikit.stages.pipeline replaces it with that run's checkpoint
         from emojikit.api.errors import ConfigError
 
-        raise ConfigError(f"[grpo] start_from: {settings.start_from} is a recipe; emojikit run resolves it to that run's checkpoint")
+        raise ConfigError(f"[{table_of(settings)}] start_from: {settings.start_from} is a recipe; emojikit run resolves it to that run's checkpoint")
     if settings.start_from != "auto":
         return settings.start_from
     from emojikit.stages.runs import latest_checkpoint

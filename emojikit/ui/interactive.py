@@ -65,8 +65,8 @@ def build_parts(
     """
     raw = read_toml(Path(recipe_path)) if recipe_path is not None else {}
     where = f"{recipe_path}: " if recipe_path is not None else ""
-    if needs_game and recipe_path is not None and raw.get("kind") not in ("grpo", "eval"):
-        raise ConfigError(f"{where}a {raw.get('kind')} recipe has no game; use a grpo or eval recipe")
+    if needs_game and recipe_path is not None and raw.get("kind") not in ("grpo", "rft", "eval"):
+        raise ConfigError(f"{where}a {raw.get('kind')} recipe has no game; use a grpo, rft or eval recipe")
     data: dict[str, Any] = {"seed": raw.get("seed", 0) if recipe_path is not None else seed}
     for table in tables:
         data[table] = raw[table] if isinstance(raw.get(table), dict) else {"use": DEFAULTS[table]}

@@ -90,7 +90,7 @@ def cli():
 @click.option("--tracker", "trackers", multiple=True, metavar="NAME", help="Also send every stage this command runs to this tracker (repeatable: tensorboard, trackio, wandb, mlflow or a plugin's); joins [tracking] use.")
 @friendly_errors
 def run(recipe: Path, overrides: tuple[str, ...], resume: bool, no_upstream: bool, dry_run: bool, trackers: tuple[str, ...]):
-    """Validate RECIPE and the recipes it names, then run what is missing (data, sft, grpo or eval).
+    """Validate RECIPE and the recipes it names, then run what is missing (data, sft, grpo, rft or eval).
 
     Each stage runs in its own run directory; a finished run of the same recipe and inputs is
     reused, an interrupted one resumed, a changed recipe runs into a new directory."""
@@ -431,7 +431,7 @@ def mask(model: str, export: Path | None, decoder_name: str, overrides: tuple[st
 
 
 @cli.command()
-@click.option("--recipe", "recipe_path", default=None, type=click.Path(path_type=Path), help="A grpo or eval recipe giving the components and [game] (default: recipes/grpo.toml if present, else each component's defaults).")
+@click.option("--recipe", "recipe_path", default=None, type=click.Path(path_type=Path), help="A grpo, rft or eval recipe giving the components and [game] (default: recipes/grpo.toml if present, else each component's defaults).")
 @click.option("--message", default=None, help="The message to convey (default: a random one from the prompt source).")
 @click.option("--checkpoint", default=None, help='A sender checkpoint or run directory (runs/grpo: its final checkpoint), or "base" (default: the newest trained sender under runs/, else base).')
 @click.option("--backend", default=None, help="Backend instead of the recipe's (default config).")

@@ -344,6 +344,34 @@ def test_the_comparison_names_base_sft_grpo_and_the_teacher(loops, tmp_path, mon
         assert (tmp_path / "runs/grpo" / f"comparison.{suffix}").stat().st_size > 0
 
 
+def test_the_comparison_plays_every_row_of_compare_files_without_base(loops, tmp_path, monkeypatch):
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.evaluation import comparison
+    from emojikit.stages.runs import RunDir
+    from emojikit.training.targets import split_targets
+
+    run_main_job()
+    Path("real.jsonl").write_text("".join(json.dumps({"text": f"I adopted kitten number {i}"}) + "\n" for i in range(5)))
+    plays = []
+
+    def fake_evaluate(recipe, settings, targets, out_dir, **kwargs):
+        plays.append((list(settings.checkpoints), [m.text for m in targets]))
+        entry = {"masked": {"success_rate": 0.5, "similarity": 0.6, "mean_turns": 1.5, "format_violations": 0.0, "distinct_emoji": 9}, "categories": {}}
+        return {"targets": len(targets), "seed": 0, "judge": "retrieval", "checkpoints": {c: entry for c in settings.checkpoints}}
+
+    monkeypatch.setattr("emojikit.evaluation.evaluate.evaluate_checkpoints", fake_evaluate)
+    recipe = load_recipe("grpo.toml", ["grpo.eval_targets=3", 'grpo.compare_files=["real.jsonl"]'])
+    with RunDir("runs/grpo", resume=True) as run_dir:
+        table = comparison.write_comparison(recipe, run_dir, "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2")
+        _, train = split_targets(recipe, recipe.settings["grpo"], run_dir)
+    (main, _), (extra, texts) = plays
+    assert main[0] == "base" and extra == main[1:] and texts == [f"I adopted kitten number {i}" for i in range(5)]
+    assert "### real.jsonl (every message; base left out)" in table
+    saved = json.loads((tmp_path / "runs/grpo/comparison.json").read_text())
+    assert saved["compare_files"]["real.jsonl"]["targets"] == 5
+    assert not {m.text for m in train} & set(texts)  # a compared message never trains
+
+
 # --- kill -9 during SFT, then the same command ---------------------------------------------------
 
 FAKE_MAIN = """

@@ -216,10 +216,12 @@ def test_data_recipe_small_count_produces_valid_files(tmp_path):
     users = []
     for row in train + test:
         roles = [m["role"] for m in row["messages"]]
-        assert roles == ["system", "user", "assistant"] and row["category"] in grammar.CATEGORIES
+        # the default recipe mixes messages people wrote (chitchat) with the grammar's
+        assert roles == ["system", "user", "assistant"] and row["category"] in (*grammar.CATEGORIES, "chat-question", "chat-statement")
         assert emojis.is_emoji_only(row["messages"][2]["content"], 2, 8), row
         users.append(row["messages"][1]["content"])
     assert len(users) == len(set(users))  # deduplicated, and no message in both splits
+    assert sum(row["category"].startswith("chat-") for row in train + test) > 100  # 3 of every 4 are people's
 
     rl = [json.loads(l) for l in (out / "rl_prompts.jsonl").read_text(encoding="utf-8").splitlines()]
     held = [json.loads(l) for l in (out / "rl_heldout.jsonl").read_text(encoding="utf-8").splitlines()]

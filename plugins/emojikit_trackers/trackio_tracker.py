@@ -36,6 +36,7 @@ class TrackioTracker:
         self.run = None
         self.name = ""
         self.last_step = 0
+        self.stored: set[int] = set()
 
     def _import(self):
         import sys
@@ -56,9 +57,14 @@ class TrackioTracker:
         self.run = trackio.init(project=self.config.project, name=self.name, config=run_config(run), resume="allow" if run.resume_id else "never",
                                 embed=False, auto_log_gpu=False, auto_log_cpu=False)
         self.last_step = run.resume_step or 0
+        # A kill -9 can lose a row trackio's background thread had not written while a later one
+        # was: the steps its store holds, so a resume fills the gap without writing a step twice.
+        self.stored = self._stored_steps() if run.resume_id else set()
         return self.name
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        if step in self.stored:
+            return
         self.run.log(dict(metrics), step=step)
         self.last_step = max(self.last_step, step)
 
@@ -71,11 +77,18 @@ class TrackioTracker:
         if self.run is not None:
             self.run.finish()  # flushes the rows its background thread still holds
 
-    def stored_step(self) -> Optional[int]:
+    def _stored_steps(self) -> set[int]:
         from trackio.sqlite_storage import SQLiteStorage
 
-        step = SQLiteStorage.get_max_step_for_run(self.config.project, self.name)
-        return -1 if step is None else int(step)
+        return {int(row["step"]) for row in SQLiteStorage.get_logs(self.config.project, self.name) if row.get("step") is not None}
+
+    def stored_step(self) -> Optional[int]:
+        """The last step before the first gap in the store (-1: it holds none), so every lost
+        step is sent again; steps it holds past a gap are skipped when they come again."""
+        stored, step = self._stored_steps(), 0
+        while step + 1 in stored:
+            step += 1
+        return step if step else -1
 
 
 def build(config: TrackioConfig, ctx) -> TrackioTracker:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 from typing import Optional
 
@@ -46,6 +47,10 @@ class _Alias(importlib.abc.Loader):
         module = importlib.import_module(self.target)
         self.real_spec = module.__spec__
         return module
+
+    def get_code(self, fullname):
+        """For `python -m emojikit.cli` and other old paths run as scripts (runpy asks for the code)."""
+        return importlib.util.find_spec(self.target).loader.get_code(self.target)
 
     def exec_module(self, module) -> None:
         # The import system stamped the old name's spec on the real module: give it its own back.

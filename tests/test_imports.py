@@ -134,3 +134,12 @@ def test_the_core_folder_holds_packages_and_the_public_api_only():
     assert loose == []
     for old in __import__("emojikit._moved", fromlist=["MOVED"]).MOVED:
         assert not (ROOT / "emojikit" / f"{old}.py").exists()
+
+
+def test_an_old_module_path_runs_as_a_script():
+    """`python -m emojikit.cli` (the flat layout's spelling) still runs the command line."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "emojikit.cli", "--help"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "Usage: emojikit" in done.stdout, done.stderr[-2000:]

@@ -9,9 +9,9 @@
     use = "generated"
     weight = 1
 
-A draw of n messages takes each source's share of n (largest remainders), drops exact
-duplicates across sources (first source wins), and interleaves them in a seeded order. Each
-source is built through the assembly seam, so its settings are validated like a table's
+Each next message comes from a source picked at random by weight (seeded), so a draw holds
+about the weights' shares and its first k messages do not depend on how many are drawn; exact
+duplicates across sources are skipped. Each source is built through the assembly seam, so its settings are validated like a table's
 (`[prompts.sources[1]] key: problem`).
 """
 
@@ -52,16 +52,6 @@ def _split(entry: dict[str, Any]) -> tuple[str, float, dict[str, Any]]:
     return entry["use"], float(entry.get("weight", 1)), settings
 
 
-def shares(n: int, weights: list[float]) -> list[int]:
-    """n split by weight, largest remainders first, summing to n."""
-    total = sum(weights)
-    exact = [n * w / total for w in weights]
-    counts = [int(x) for x in exact]
-    for i in sorted(range(len(weights)), key=lambda i: exact[i] - counts[i], reverse=True)[: n - sum(counts)]:
-        counts[i] += 1
-    return counts
-
-
 def _key(text: str) -> str:
     return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
 
@@ -88,17 +78,26 @@ class MixSource:
         return min(limits)
 
     def messages(self, n: Optional[int] = None) -> Iterator[Message]:
+        """Each next message from a source picked at random by weight (seeded), exact duplicates
+        skipped. The first k messages are the same whatever n is, so a caller that takes its
+        held-out targets first (GRPO, eval) gets the same ones however many it draws after them."""
         n = self.config.count if n is None else n
+        rng = random.Random(f"emojikit-mix:{self.seed}")
+        streams = [iter(source.messages(n)) for source in self.sources]  # lazy: only what is taken is drawn
+        live = list(range(len(streams)))
         seen: set[str] = set()
-        drawn: list[Message] = []
-        for source, share in zip(self.sources, shares(n, self.weights)):
-            for message in source.messages(share):
-                key = _key(message.text)
-                if key not in seen:
-                    seen.add(key)
-                    drawn.append(message)
-        random.Random(f"emojikit-mix:{self.seed}").shuffle(drawn)
-        yield from drawn[:n]
+        yielded = 0
+        while yielded < n and live:
+            i = rng.choices(live, weights=[self.weights[j] for j in live])[0]
+            message = next(streams[i], None)
+            if message is None:  # that source is used up
+                live.remove(i)
+                continue
+            key = _key(message.text)
+            if key not in seen:
+                seen.add(key)
+                yield message
+                yielded += 1
 
 
 def preflight(config: MixConfig, ctx: BuildContext) -> None:

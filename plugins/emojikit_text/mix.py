@@ -87,17 +87,21 @@ class MixSource:
         live = list(range(len(streams)))
         seen: set[str] = set()
         yielded = 0
-        while yielded < n and live:
-            i = rng.choices(live, weights=[self.weights[j] for j in live])[0]
-            message = next(streams[i], None)
-            if message is None:  # that source is used up
-                live.remove(i)
-                continue
-            key = _key(message.text)
-            if key not in seen:
-                seen.add(key)
-                yield message
-                yielded += 1
+        try:
+            while yielded < n and live:
+                i = rng.choices(live, weights=[self.weights[j] for j in live])[0]
+                message = next(streams[i], None)
+                if message is None:  # that source is used up
+                    live.remove(i)
+                    continue
+                key = _key(message.text)
+                if key not in seen:
+                    seen.add(key)
+                    yield message
+                    yielded += 1
+        finally:
+            for stream in streams:  # a source's own progress bar closes with its stream
+                getattr(stream, "close", lambda: None)()
 
 
 def preflight(config: MixConfig, ctx: BuildContext) -> None:

@@ -333,6 +333,21 @@ def held_out_judge(recipe, run_dir, judge, heldout: list[Message]):
     return held_judge
 
 
+def heldout_evaluations(run_dir, play_heldout):
+    """(evaluate, evals): evaluate(step) plays the held-out game once per step and logs it to
+    eval.jsonl; evals holds every step played, also those a resumed run read back. Shared by
+    the GRPO and RFT loops."""
+    evals = {row["step"]: row for row in run_dir.read(EVAL_FILE)}
+
+    def evaluate(step: int) -> dict:
+        if step not in evals:
+            evals[step] = {"step": step, **play_heldout()}
+            run_dir.log(EVAL_FILE, evals[step])
+        return evals[step]
+
+    return evaluate, evals
+
+
 def evaluate_game(policy, decoder, judge, reward, targets, game_settings, temperature: float, seed: int) -> dict:
     from emojikit.play.game import play
     from emojikit.api.policy import SamplingParams
@@ -382,13 +397,8 @@ def run(recipe, run_dir) -> None:
 
     start = run_dir.resume_policy(policy, (METRICS_FILE, EPISODES_FILE, EVAL_FILE))
 
-    evals = {row["step"]: row for row in run_dir.read(EVAL_FILE)}
-
-    def evaluate(step: int) -> dict:
-        if step not in evals:
-            evals[step] = {"step": step, **evaluate_game(policy, decoder, heldout_judge, reward, heldout, game, g.eval_temperature, recipe.seed)}
-            run_dir.log(EVAL_FILE, evals[step])
-        return evals[step]
+    evaluate, evals = heldout_evaluations(
+        run_dir, lambda: evaluate_game(policy, decoder, heldout_judge, reward, heldout, game, g.eval_temperature, recipe.seed))
 
     # The comparison at the end plays the start and the final checkpoint (with base and the
     # teacher); without it, the held-out game before and after is the run's own table.

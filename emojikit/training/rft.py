@@ -287,7 +287,7 @@ def run(recipe, run_dir) -> None:
     from emojikit.evaluation.repair import read_states
     from emojikit.stages.interrupt import Interrupted, graceful_stop
     from emojikit.support.io import atomic_write_text
-    from emojikit.training.grpo import before_after_table, evaluate_game, held_out_judge, resolve_start
+    from emojikit.training.grpo import before_after_table, evaluate_game, held_out_judge, heldout_evaluations, resolve_start
     from emojikit.training.sft import batch_indices
     from emojikit.training.targets import sft_seen, split_targets
 
@@ -321,13 +321,8 @@ def run(recipe, run_dir) -> None:
     pool_size = len(states) if states is not None else len(train_targets)
 
     start = run_dir.resume_policy(policy, (METRICS_FILE, EVAL_FILE, KEPT_FILE))
-    evals = {row["step"]: row for row in run_dir.read(EVAL_FILE)}
-
-    def evaluate(done: int) -> dict:
-        if done not in evals:
-            evals[done] = {"step": done, **evaluate_game(policy, decoder, heldout_judge, reward, heldout, game, s.eval_temperature, recipe.seed)}
-            run_dir.log(EVAL_FILE, evals[done])
-        return evals[done]
+    evaluate, evals = heldout_evaluations(
+        run_dir, lambda: evaluate_game(policy, decoder, heldout_judge, reward, heldout, game, s.eval_temperature, recipe.seed))
 
     if heldout:
         evaluate(0)

@@ -5,6 +5,10 @@ A step is named phases, each a small function below:
   (group-relative, per episode or per turn) -> datums (only the sender's tokens carry an
   advantage) -> KL to the start policy, folded into the advantages -> train (ppo_epochs
   passes of `minibatches` optimizer steps over the batch) -> evaluate -> save.
+With [grpo] states = "repair" the first phase is instead: draw batch_size cached first-turn misses
+of training targets (made once per run, emojikit/training/repair_states.py) -> group_size turn-2
+answers per miss, scored by the repair's own outcome; the phases after it are the same, and
+only the turn-2 tokens carry an advantage.
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ EVAL_FILE = "eval.jsonl"
 
 
 class GRPOSettings(ConfigModel):
+    states: Literal["episodes", "repair"] = Field(
+        "episodes", description='"episodes": each step plays whole games on training targets; "repair": each step draws batch_size '
+        "cached first-turn misses of training targets (made once per run by the start, as [rft] makes them: train_states.jsonl) "
+        "and samples group_size turn-2 answers per miss; only turn 2 trains, reward = the repair's own outcome."
+    )
+    state_temperature: float = Field(0.3, gt=0, description='states = "repair": the temperature at which the start plays turn 1 to make the states (the held-out game\'s).')
     steps: int = Field(8, ge=1, description="Training steps (the measured main job: 8; 4x the steps did not gain held-out success).")
     batch_size: int = Field(16, ge=1, description="Targets per step: more targets per update, less noise per step.")
     group_size: int = Field(4, ge=2, description="Episodes per target; advantages are relative within a group.")
@@ -106,6 +116,17 @@ class GRPOSettings(ConfigModel):
             raise ValueError(f"teacher_episodes ({self.teacher_episodes}) must be less than group_size ({self.group_size}): a group needs the sender's own episodes")
         return self
 
+    @model_validator(mode="after")
+    def _repair_trains_turn_two_only(self):
+        # A repair state's group is turn-2 answers to one miss: no episode to open, no turns to credit apart.
+        if self.states == "repair":
+            for wrong, why in ((self.teacher_episodes, "teacher_episodes must be 0 (a repair state has no episode for the teacher to open)"),
+                               (self.emoji_credit, "emoji_credit must be 0 (per-emoji credit reads whole episodes)"),
+                               (self.credit == "turn", 'credit must be "episode" (only turn 2 is sampled: there are no turns to credit apart)')):
+                if wrong:
+                    raise ValueError(f'states = "repair": {why}')
+        return self
+
     @field_validator("start_from")
     @classmethod
     def _start_exists(cls, value: str) -> str:
@@ -153,6 +174,22 @@ def play_groups(policy, decoder, judge, reward, targets: list[Message], game, sa
         for i, group in enumerate(groups):
             group.episodes += guided_episodes[i * teacher_episodes : (i + 1) * teacher_episodes]
     return groups
+
+
+def draw_states(states: list, n: int, step: int, seed: int) -> list:
+    """states = "repair": the step's n repair states, drawn in turn (an epoch is a seeded permutation)."""
+    from emojikit.training.sft import batch_indices
+
+    return [states[i] for i in batch_indices(len(states), min(n, len(states)), step, seed)]
+
+
+def repair_groups(policy, decoder, judge, reward, states, game, sampling, group_size: int) -> list[Group]:
+    """group_size turn-2 answers per repair state, each a 2-turn episode whose turn 1 is the
+    state's miss (no sample, so it carries no loss) and whose reward is the repair's own outcome."""
+    from emojikit.training.repair_states import sample_repairs
+
+    episodes = sample_repairs(policy, decoder, judge, reward, states, game, sampling, group_size)
+    return [Group(Message(state.target, state.category), episodes[i * group_size : (i + 1) * group_size]) for i, state in enumerate(states)]
 
 
 def drop_failed(groups: list[Group]) -> list[Group]:
@@ -222,7 +259,7 @@ def group_datums(groups: list[Group], g: GRPOSettings, budget: int, credit=None,
     and whose emoji earned no credit teaches nothing. `credit` (an `EmojiCredit`, when
     g.emoji_credit > 0) adds each emoji's own credit to its tokens. The tokens' loss weights
     follow g.loss_normalization over the whole step (max_turns x budget is an episode's most
-    tokens, the "constant" divisor; g.max_turns wins when set)."""
+    tokens, the "constant" divisor; g.max_turns wins when set; one turn for repair states)."""
     per_group, per_episode, skipped = [], [], 0
     for group in groups:
         bonus = credit.token_bonus(group.episodes, g.emoji_credit, g.emoji_credit_baseline) if credit is not None else None
@@ -234,7 +271,8 @@ def group_datums(groups: list[Group], g: GRPOSettings, budget: int, credit=None,
         episodes = [episode_datums(ep, adv, budget, bonus[i] if bonus else None) for i, (ep, adv) in enumerate(zip(group.episodes, advantages))]
         per_episode += [e for e in episodes if e]
         per_group.append([d for e in episodes for d in e])
-    loss_weights(per_episode, g.loss_normalization, (g.max_turns or max_turns) * budget)
+    sampled_turns = 1 if g.states == "repair" else (g.max_turns or max_turns)  # a repair state samples turn 2 only
+    loss_weights(per_episode, g.loss_normalization, sampled_turns * budget)
     return per_group, skipped
 
 
@@ -394,6 +432,11 @@ def run(recipe, run_dir) -> None:
     print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets"
           f"{f' (none of the {len(seen)} messages its SFT trained on)' if seen else ''}, {len(heldout)} held out")
     atomic_write_text(run_dir.file("start.json"), json.dumps({"start": start_ref or "base"}) + "\n")  # what sweep compares against
+    states = None
+    if g.states == "repair":  # made by the start weights, before resume_policy loads a later step; reused on resume
+        from emojikit.training.repair_states import train_states
+
+        states = train_states(policy, decoder, judge, reward, train_targets, game, g.state_temperature, recipe.seed, run_dir, start_ref or "base", "grpo")
 
     start = run_dir.resume_policy(policy, (METRICS_FILE, EPISODES_FILE, EVAL_FILE))
 
@@ -413,18 +456,24 @@ def run(recipe, run_dir) -> None:
         for step in bar:
             t0 = time.time()
             done = step + 1
-            targets = [train_targets[i] for i in batch_indices(len(train_targets), g.batch_size, step, recipe.seed)]
             sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=g.temperature, seed=recipe.seed * 100_003 + step)
             totals = sample_totals(policy)  # a policy that redraws invalid samples (SampleTotals)
             fallbacks_before = guided.fallbacks if guided else 0
-            groups = play_groups(policy, decoder, judge, reward, targets, game, sampling, g.group_size, guided, g.teacher_episodes)
+            if states is not None:
+                step_states = draw_states(states, g.batch_size, step, recipe.seed)
+                groups = repair_groups(policy, decoder, judge, reward, step_states, game, sampling, g.group_size)
+            else:
+                targets = [train_targets[i] for i in batch_indices(len(train_targets), g.batch_size, step, recipe.seed)]
+                groups = play_groups(policy, decoder, judge, reward, targets, game, sampling, g.group_size, guided, g.teacher_episodes)
             t_play = time.time() - t0
             kept = drop_failed(groups)
             failed_steps = 0 if kept else failed_steps + 1
             per_group, skipped = group_datums(kept, g, game.max_new_tokens, credit, game.max_turns)
 
             row = {"step": done, "dropped_groups": len(groups) - len(kept), "skipped_groups": skipped}
-            row.update(step_statistics(groups, kept, t_play))
+            row.update(step_statistics(groups, kept, t_play) if states is None else repair_statistics(groups, kept, t_play))
+            if states is not None:
+                row["repeat_reward_mean"] = repeat_reward_mean(judge, reward, step_states)
             row.update(acceptance_between(totals, sample_totals(policy)))  # {} for a policy that masks
             if guided:
                 row.update(guided_statistics(kept, g.teacher_episodes, guided.fallbacks - fallbacks_before))
@@ -546,6 +595,28 @@ def step_statistics(groups: list[Group], kept: list[Group], play_seconds: float)
     row["sampled_tokens_per_s"] = n_sampled / max(play_seconds, 1e-9)
     row["play_seconds"] = play_seconds
     return row
+
+
+def repair_statistics(groups: list[Group], kept: list[Group], play_seconds: float) -> dict:
+    """step_statistics of repair states, about their turn-2 answers: success_rate is the share
+    of answers that win, similarity and format_violations are those of the answers; the
+    game's per-turn figures (mean_turns, first_turn_*, repair_*) mean nothing for one turn."""
+    row = step_statistics(groups, kept, play_seconds)
+    for key in ("mean_turns", "first_turn_success", "first_turn_similarity", "first_turn_misses", "repair_rate", "repair_wins"):
+        row.pop(key, None)
+    answers = [ep.turns[-1] for group in kept for ep in group.episodes]
+    if answers:
+        row["format_violations"] = statistics.fmean(not turn.valid for turn in answers)
+    return row
+
+
+def repeat_reward_mean(judge, reward, states) -> float:
+    """Mean reward of sending turn 1 again on the step's states (the repair every sender has),
+    over the states the judge answered; 0.0 when it answered none."""
+    from emojikit.training.repair_states import repeat_baselines
+
+    judged = [b for b in repeat_baselines(judge, reward, states) if b != float("inf")]
+    return statistics.fmean(judged) if judged else 0.0
 
 
 def before_after_table(before: dict, after: dict) -> str:

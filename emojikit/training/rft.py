@@ -28,11 +28,11 @@ from typing import ClassVar, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from emojikit.api.config import ConfigModel
+from emojikit.training.repair_states import STATES_FILE, make_train_states, repair_episodes, repeat_baselines, sample_repairs, train_states  # noqa: F401 - shared with grpo's states = "repair"
 
 METRICS_FILE = "metrics.jsonl"
 EVAL_FILE = "eval.jsonl"
 KEPT_FILE = "kept.jsonl"
-STATES_FILE = "train_states.jsonl"
 
 
 class RFTSettings(ConfigModel):
@@ -147,28 +147,6 @@ def threshold(s: RFTSettings):
 # --- states and their answers ---------------------------------------------------------------
 
 
-def make_train_states(policy, decoder, judge, reward, targets, game, s: RFTSettings, seed: int, path: Path, start: str) -> None:
-    """The start checkpoint's first-turn misses on the training targets, written once to `path`
-    in the repair-states format (a header line, then one state per line)."""
-    from emojikit.api.errors import ConfigError
-    from emojikit.api.policy import SamplingParams
-    from emojikit.evaluation.repair import STATES_FORMAT
-    from emojikit.play.game import play
-    from emojikit.support.io import atomic_write_jsonl
-
-    two_turns = game.model_copy(update={"max_turns": 2})
-    sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=s.state_temperature, seed=seed)
-    episodes = play(policy, decoder, judge, reward, targets, settings=two_turns, sampling=sampling, group_size=1)
-    misses = [ep for ep in episodes if not ep.failed and len(ep.turns) == 2]
-    if not misses:
-        raise ConfigError(f"[rft] states = \"repair\": the start ({start}) won the first turn on all {len(episodes)} training targets; no states to repair")
-    header = {"repair_states": STATES_FORMAT, "sender": start, "targets": "training", "temperature": s.state_temperature, "seed": seed,
-              "played": len(episodes), "states": len(misses), "own_repair_wins": sum(bool(ep.success) for ep in misses)}
-    rows = [{"target": ep.target, "category": ep.category, "turn1": ep.turns[0].emoji, "guess": ep.turns[0].guess,
-             "similarity": round(ep.turns[0].similarity, 4), "own_turn2": ep.turns[1].emoji} for ep in misses]
-    atomic_write_jsonl(path, [header, *rows])
-
-
 def first_turn_candidates(policy, decoder, judge, reward, targets, game, sampling, k: int) -> list[list[Candidate]]:
     """k one-turn episodes per target, played and scored by the game."""
     from emojikit.api.components import is_success
@@ -188,50 +166,14 @@ def first_turn_candidates(policy, decoder, judge, reward, targets, game, samplin
     return groups
 
 
-def repair_episodes(states, answers: list[str], rows: list[dict], valid: list[bool], samples=None):
-    """2-turn episodes after each state's miss, with the judged answer as turn 2 (for reward.score)."""
-    from emojikit.api.components import Episode, EpisodeTurn
-
-    episodes = []
-    for j, (state, answer, row) in enumerate(zip(states, answers, rows)):
-        turn1 = EpisodeTurn(emoji=state.turn1, valid=True, guess=state.guess, similarity=state.similarity)
-        turn2 = EpisodeTurn(emoji=answer, valid=valid[j], guess=row["guess"] or "", similarity=row["similarity"], sample=samples[j] if samples else None)
-        episodes.append(Episode(target=state.target, category=state.category, turns=[turn1, turn2], success=row["success"], failed=row["guess"] is None))
-    return episodes
-
-
 def repair_candidates(policy, decoder, judge, reward, states, game, sampling, k: int) -> list[list[Candidate]]:
     """k turn-2 answers per state on the game's own turn-2 prompt, judged as the repair benchmark does."""
-    from emojikit.api.format import format_of
-    from emojikit.evaluation.repair import judge_turn2, turn2_prompts
-    from emojikit.play.game import _format_ok
-
-    fmt = format_of(decoder)
-    prompts = turn2_prompts(game.model_copy(update={"max_turns": 2}), states, fmt)
-    samples = [sample for group in policy.sample(prompts, k, sampling, decoder) for sample in group]
-    flat_states = [state for state in states for _ in range(k)]
-    answers = [sample.text for sample in samples]
-    rows = judge_turn2(judge, reward, flat_states, answers)
-    valid = [_format_ok(decoder, fmt, a) for a in answers]
-    episodes = repair_episodes(flat_states, answers, rows, valid, samples)
-    scored = [ep for ep in episodes if not ep.failed]
-    totals = dict(zip((id(ep) for ep in scored), (float(b["total"]) for b in reward.score(scored)))) if scored else {}
     groups: list[list[Candidate]] = [[] for _ in states]
-    for j, ep in enumerate(episodes):
+    for j, ep in enumerate(sample_repairs(policy, decoder, judge, reward, states, game, sampling, k)):
         if not ep.failed:
-            groups[j // k].append(Candidate(j // k, samples[j], answers[j], valid[j], totals[id(ep)], bool(ep.success), ep.turns[1].similarity))
+            answer = ep.turns[1]
+            groups[j // k].append(Candidate(j // k, answer.sample, answer.emoji, answer.valid, float(ep.reward["total"]), bool(ep.success), answer.similarity))
     return groups
-
-
-def repeat_baselines(judge, reward, states) -> list[float]:
-    """The reward of sending turn 1 again after each state's miss (baseline = "repeat")."""
-    from emojikit.evaluation.repair import judge_turn2
-
-    answers = [state.turn1 for state in states]
-    rows = judge_turn2(judge, reward, states, answers)
-    episodes = repair_episodes(states, answers, rows, [True] * len(states))
-    scored = iter(reward.score([ep for ep in episodes if not ep.failed]))
-    return [float("inf") if ep.failed else float(next(scored)["total"]) for ep in episodes]  # an unjudged baseline keeps nothing
 
 
 # --- cross-entropy on the kept pairs --------------------------------------------------------------
@@ -284,7 +226,6 @@ def run(recipe, run_dir) -> None:
 
     from emojikit.api.components import add_candidates
     from emojikit.api.policy import SamplingParams
-    from emojikit.evaluation.repair import read_states
     from emojikit.stages.interrupt import Interrupted, graceful_stop
     from emojikit.support.io import atomic_write_text
     from emojikit.training.grpo import before_after_table, evaluate_game, held_out_judge, heldout_evaluations, resolve_start
@@ -312,12 +253,8 @@ def run(recipe, run_dir) -> None:
     atomic_write_text(run_dir.file("start.json"), json.dumps({"start": start_ref or "base"}) + "\n")
 
     states = None
-    if s.states == "repair":
-        states_path = run_dir.file(STATES_FILE)
-        if not states_path.exists():  # made by the start weights, before resume_policy loads a later round
-            make_train_states(policy, decoder, judge, reward, train_targets, game, s, recipe.seed, states_path, start_ref or "base")
-        header, states = read_states(states_path)
-        print(f"{len(states)} repair states: the start's first-turn misses on {header['played']} training targets ({states_path})")
+    if s.states == "repair":  # made by the start weights, before resume_policy loads a later round
+        states = train_states(policy, decoder, judge, reward, train_targets, game, s.state_temperature, recipe.seed, run_dir, start_ref or "base", "rft")
     pool_size = len(states) if states is not None else len(train_targets)
 
     start = run_dir.resume_policy(policy, (METRICS_FILE, EVAL_FILE, KEPT_FILE))

@@ -219,7 +219,7 @@ def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path,
     over finished episodes."""
     from tqdm import tqdm
 
-    from emojikit.play.game import episode_to_json, play
+    from emojikit.play.game import count_finished, episode_to_json, play
     from emojikit.api.policy import SamplingParams
 
     game = recipe.settings["game"]
@@ -233,11 +233,8 @@ def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path,
     plays = len(settings.checkpoints) * (2 if settings.unmasked else 1)
     bar = tqdm(total=plays * len(targets), desc="eval", unit="episode", disable=not progress)
 
-    def count_finished(turn_number: int, live) -> None:
-        bar.update(sum(1 for ep in live if ep.success or ep.failed or turn_number == game.max_turns))
-
     def play_all(sender, dec):
-        return play(sender, dec, judge, reward, targets, settings=game, sampling=sampling, group_size=1, on_turn=count_finished)
+        return play(sender, dec, judge, reward, targets, settings=game, sampling=sampling, group_size=1, on_turn=count_finished(bar, game.max_turns))
 
     try:
         for checkpoint in settings.checkpoints:

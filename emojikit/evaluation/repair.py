@@ -88,10 +88,12 @@ def judge_settings(recipe) -> dict:
 def make_states(recipe, checkpoint: str, targets, path: Path, temperature: float, out_dir: Path) -> dict:
     """Play the 2-turn game with `checkpoint` on `targets`; write its first-turn misses to
     `path` (never over an existing file: states are made once); the header."""
+    from tqdm import tqdm
+
     from emojikit.api.components import add_candidates
     from emojikit.api.errors import OutputError
     from emojikit.api.policy import SamplingParams
-    from emojikit.play.game import play
+    from emojikit.play.game import count_finished, play
 
     path = Path(path)
     if path.exists():
@@ -102,7 +104,8 @@ def make_states(recipe, checkpoint: str, targets, path: Path, temperature: float
     add_candidates(judge, pool)
     sender = build_sender(recipe, checkpoint, game, out_dir)
     sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=temperature, seed=recipe.seed)
-    episodes = play(sender, decoder, judge, reward, targets, settings=game, sampling=sampling, group_size=1)
+    with tqdm(total=len(targets), desc="repair states", unit="episode") as bar:
+        episodes = play(sender, decoder, judge, reward, targets, settings=game, sampling=sampling, group_size=1, on_turn=count_finished(bar, game.max_turns))
     # A miss the judge answered on both turns; an episode the judge gave up on is no state.
     misses = [ep for ep in episodes if not ep.failed and len(ep.turns) == 2]
     if not misses:

@@ -112,6 +112,15 @@ def _format_ok(decoder: Any, fmt: EmojiFormat, text: str) -> bool:
 TurnCallback = Callable[[int, list[Episode]], None]
 
 
+def count_finished(bar, max_turns: int) -> TurnCallback:
+    """An `on_turn` that advances a progress bar (tqdm) by the episodes that ended this turn."""
+
+    def on_turn(turn_number: int, live: list[Episode]) -> None:
+        bar.update(sum(1 for ep in live if ep.success or ep.failed or turn_number == max_turns))
+
+    return on_turn
+
+
 def play(
     policy: Policy,
     decoder: Optional[Decoder],

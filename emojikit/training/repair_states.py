@@ -22,15 +22,18 @@ def make_train_states(policy, decoder, judge, reward, targets, game, temperature
     """The start checkpoint's first-turn misses on the training targets, written once to `path`
     in the repair-states format (a header line, then one state per line). `table` names the
     recipe table in the error of a start that missed nothing."""
+    from tqdm import tqdm
+
     from emojikit.api.errors import ConfigError
     from emojikit.api.policy import SamplingParams
     from emojikit.evaluation.repair import STATES_FORMAT
-    from emojikit.play.game import play
+    from emojikit.play.game import count_finished, play
     from emojikit.support.io import atomic_write_jsonl
 
     two_turns = game.model_copy(update={"max_turns": 2})
     sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=temperature, seed=seed)
-    episodes = play(policy, decoder, judge, reward, targets, settings=two_turns, sampling=sampling, group_size=1)
+    with tqdm(total=len(targets), desc="repair states", unit="episode") as bar:
+        episodes = play(policy, decoder, judge, reward, targets, settings=two_turns, sampling=sampling, group_size=1, on_turn=count_finished(bar, 2))
     misses = [ep for ep in episodes if not ep.failed and len(ep.turns) == 2]
     if not misses:
         raise ConfigError(f"[{table}] states = \"repair\": the start ({start}) won the first turn on all {len(episodes)} training targets; no states to repair")

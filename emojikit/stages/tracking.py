@@ -202,6 +202,8 @@ def open_tracking(recipe, run_dir, code: dict) -> Tracking:
                 entry.state = {"id": entry.state["id"]}
             elif stored is not None and stored < entry.state["step"]:  # lost to a kill -9: send the rows after it again
                 entry.state.update(step=stored, files=sorted(STREAMS))
+            elif stored is not None and stored > entry.state["step"]:  # sent, then killed before the state was saved: not twice
+                entry.state.update(step=stored, files=sorted(STREAMS))
         if checkpoint is not None or entry.state.get("step") is not None:
             tracking.replay(entry, checkpoint[0] if checkpoint else 0)
     tracking._save()

@@ -9,27 +9,16 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from emojikit.api.components import Episode, EpisodeTurn, Message
 from emojikit.api.errors import ConfigError
 from emojikit.api.policy import Sample
 from emojikit.training.grpo import GRPOSettings, Group, draw_states, drop_failed, group_datums, repair_statistics
-from emojikit.ui.cli import cli
+from cli_helpers import read_rows, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes/grpo-repair.toml"
 PROMPT = [1, 2, 3, 10, 11, 2, 4, 5]  # the turn-2 prompt: it holds turn 1 and the judge's guess
-
-
-def run_cli(*args):
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def read_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def repair_episode(answer_tokens: list[int], total: float, valid: bool = True, failed: bool = False) -> Episode:

@@ -13,18 +13,9 @@ from emojikit.training.rft import Candidate, RFTSettings, keep_answers, threshol
 from emojikit.ui.cli import cli
 
 from test_tinker import service, tokenizer  # noqa: F401 - the fake Tinker service and its tokenizer (fixtures)
+from cli_helpers import read_rows, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_cli(*args):
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def read_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def cand(state, text, reward, success=False, valid=True):

@@ -5,25 +5,14 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from emojikit.ui.cli import cli
 from emojikit.api.components import Episode, EpisodeTurn
 from emojikit.training.grpo import episode_datums, group_advantages
 from emojikit.api.policy import Sample
 from emojikit.training.sft import batch_indices, learning_rate, SFTSettings
+from cli_helpers import read_rows, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_cli(*args):
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
-def read_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 # --- SFT ------------------------------------------------------------------------------

@@ -372,6 +372,49 @@ def test_the_comparison_plays_every_row_of_compare_files_without_base(loops, tmp
     assert not {m.text for m in train} & set(texts)  # a compared message never trains
 
 
+def test_compare_rows_plays_the_first_rows_with_every_row_in_the_pool(loops, tmp_path, monkeypatch):
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.evaluation import comparison
+    from emojikit.stages.runs import RunDir
+
+    run_main_job()
+    Path("real.jsonl").write_text("".join(json.dumps({"text": f"I adopted kitten number {i}"}) + "\n" for i in range(5)))
+    plays = []
+
+    def fake_evaluate(recipe, settings, targets, out_dir, pool=(), **kwargs):
+        plays.append(([m.text for m in targets], list(pool)))
+        entry = {"masked": {"success_rate": 0.5, "similarity": 0.6, "mean_turns": 1.5, "format_violations": 0.0, "distinct_emoji": 9}, "categories": {}}
+        return {"targets": len(targets), "seed": 0, "judge": "retrieval", "checkpoints": {c: entry for c in settings.checkpoints}}
+
+    monkeypatch.setattr("emojikit.evaluation.evaluate.evaluate_checkpoints", fake_evaluate)
+    recipe = load_recipe("grpo.toml", ["grpo.eval_targets=3", 'grpo.compare_files=["real.jsonl"]', "grpo.compare_rows=2"])
+    with RunDir("runs/grpo", resume=True) as run_dir:
+        table = comparison.write_comparison(recipe, run_dir, "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2")
+    every = [f"I adopted kitten number {i}" for i in range(5)]
+    assert plays[1] == (every[:2], every)
+    assert "### real.jsonl (the first 2 of its 5 messages, all 5 in the judge's pool; base left out)" in table
+    saved = json.loads((tmp_path / "runs/grpo/comparison.json").read_text())["compare_files"]["real.jsonl"]
+    assert (saved["targets"], saved["pool_rows"]) == (2, 5)
+
+
+def test_evaluate_checkpoints_puts_the_pool_rows_in_the_judges_candidates(tmp_path, monkeypatch):
+    from emojikit.api.components import Message
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.evaluation import evaluate
+    from emojikit.evaluation.evaluate import EvalSettings, evaluate_checkpoints
+
+    judges = []
+    add = evaluate.add_candidates
+    monkeypatch.setattr(evaluate, "add_candidates", lambda judge, texts: (judges.append(judge), add(judge, texts)))
+    recipe = load_recipe(ROOT / "recipes/eval.toml", ["judge.distractors=0", "game.max_turns=1"])
+    played = [Message(text="I adopted a kitten today")]
+    results = evaluate_checkpoints(recipe, EvalSettings(checkpoints=["teacher:lexicon"]), played, tmp_path, progress=False,
+                                   pool=["The train to Paris is late again", "I adopted a kitten today"])
+    (judge,) = judges
+    assert judge.candidates == ["I adopted a kitten today", "The train to Paris is late again"]
+    assert results["targets"] == 1 and len(results["checkpoints"]["teacher:lexicon"]["per_target"]) == 1
+
+
 # --- kill -9 during SFT, then the same command ---------------------------------------------------
 
 FAKE_MAIN = """

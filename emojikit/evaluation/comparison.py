@@ -80,10 +80,14 @@ def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optio
     extra_rows = {label: sender for label, sender in rows.items() if sender != "base"}
     extra_settings = EvalSettings(checkpoints=list(extra_rows.values()), temperature=g.eval_temperature, unmasked=False)
     for path in g.compare_files:
-        extra = evaluate_checkpoints(comparison_recipe(recipe), extra_settings, read_targets(Path(path)), run_dir.path)
+        rows_of_file = read_targets(Path(path))
+        played = rows_of_file[: g.compare_rows] if g.compare_rows else rows_of_file
+        extra = evaluate_checkpoints(comparison_recipe(recipe), extra_settings, played, run_dir.path, pool=[m.text for m in rows_of_file])
         extra["checkpoints"] = {label: extra["checkpoints"][sender] for label, sender in extra_rows.items()}
+        extra["pool_rows"] = len(rows_of_file)
         results["compare_files"][str(path)] = extra
-        table += f"\n### {path} (every message; base left out)\n\n" + game_markdown(extra)
+        which = "every message" if len(played) == len(rows_of_file) else f"the first {len(played)} of its {len(rows_of_file)} messages, all {len(rows_of_file)} in the judge's pool"
+        table += f"\n### {path} ({which}; base left out)\n\n" + game_markdown(extra)
     atomic_write_text(run_dir.file(f"{STEM}.json"), json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(run_dir.file(f"{STEM}.md"), table)
     game_chart(results, run_dir.file(f"{STEM}.png"))

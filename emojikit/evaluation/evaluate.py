@@ -214,9 +214,10 @@ def first_turn_specificity(episodes) -> dict:
     return specificity([ep.target for ep in played], [ep.turns[0].emoji for ep in played])
 
 
-def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path, *, progress: bool = True) -> dict:
+def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path, *, progress: bool = True, pool: Sequence[str] = ()) -> dict:
     """Play the same targets with every sender (same judge, same seed), with a progress bar
-    over finished episodes."""
+    over finished episodes. `pool`: more candidates for a pool judge besides the targets (the
+    rest of a set of which only the first rows are played)."""
     from tqdm import tqdm
 
     from emojikit.play.game import count_finished, episode_to_json, play
@@ -226,7 +227,7 @@ def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path,
     decoder = recipe.build("decoder", out_dir)
     judge = recipe.build("judge", out_dir)
     reward = recipe.build("reward", out_dir)
-    add_candidates(judge, [m.text for m in targets])
+    add_candidates(judge, [m.text for m in targets] + list(pool))  # the judge ignores duplicates
     sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=settings.temperature, seed=recipe.seed)
     results: dict = {"targets": len(targets), "seed": recipe.seed, "judge": recipe.components["judge"].spec.name,
                      "max_turns": game.max_turns, "temperature": settings.temperature, "checkpoints": {}}

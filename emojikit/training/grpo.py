@@ -94,6 +94,10 @@ class GRPOSettings(ConfigModel):
         [], description="More held-out sets (e.g. recipes/targets/real-texts.jsonl, messages people wrote): the comparison "
         "plays every row of each beside the heldout_file's targets; none of their rows trains."
     )
+    compare_rows: int = Field(
+        0, ge=0, description="Rows of each compare_files set the comparison plays: the first N (0: every row). Every row stays in the "
+        "judge's candidate pool, so a played target is as hard to find as in the full game; fewer rows only widen the interval."
+    )
     target_max_words: Optional[int] = Field(
         None, ge=1, description="Train only on targets of at most this many words (the data recipe's held-out RL targets have at most 12)."
     )

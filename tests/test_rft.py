@@ -123,6 +123,35 @@ def test_repair_rft_end_to_end_checkpoints_resumes_and_never_trains_held_out(tmp
     assert (out / "checkpoints/step_3/adapter_config.json").exists()
 
 
+def test_a_teacher_answer_joins_each_repair_state_and_trains_where_it_wins(tmp_path, tiny_model):
+    heldout, source = tiny_source(tmp_path)
+    out = tmp_path / "rft-teacher"
+    # keep = "wins", no baseline: every distinct winning answer trains, the teacher's among them.
+    run_cli("run", str(ROOT / "recipes/rft.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", 'rft.start_from="base"',
+            "--set", 'rft.teacher="lexicon-repair"', "--set", "rft.rounds=1", "--set", "rft.states_per_round=4", "--set", "rft.samples_per_state=2",
+            "--set", "rft.sft_steps=1", "--set", 'rft.keep="wins"', "--set", 'rft.baseline="none"', "--set", "rft.eval_targets=0",
+            "--set", "rft.log_kept=100", "--set", "judge.distractors=8", "--set", f"out={json.dumps(str(out))}", *source)
+    (row,) = read_rows(out / "metrics.jsonl")
+    assert row["states"] == 4 and 0 <= row["teacher_unproducible"] <= 4 and row["teacher_wins"] > 0
+    assert row["samples"] == 4 * 2 + 4 - row["teacher_unproducible"]
+    kept = read_rows(out / "kept.jsonl")
+    taught = [k for k in kept if k["source"] == "teacher"]
+    assert taught and row["kept_teacher_share"] == len(taught) / len(kept)
+    # A kept teacher answer is the lexicon-repair teacher's own answer to that state.
+    from emojikit.composition.assembly import build_component, context
+    from emojikit.evaluation.repair import read_states
+
+    _, states = read_states(out / "train_states.jsonl")
+    teacher = build_component("teacher", "lexicon-repair", None, context(seed=0, run_dir=out, recipe_path=ROOT / "recipes/rft.toml"), table="teacher")
+    by_target = {st.target: st for st in states}
+    for k in taught:
+        st = by_target[k["target"]]
+        assert k["answer"] == teacher.repair([st.target], [st.guess], [st.turn1])[0]
+    assert not {k["target"] for k in kept} & set(heldout)
+    with pytest.raises(ValueError, match="teacher needs states"):
+        RFTSettings(states="first_turn", teacher="lexicon")
+
+
 def test_first_turn_rft_trains_on_the_best_of_k_first_answers(tmp_path, tiny_model):
     heldout, source = tiny_source(tmp_path)
     out = tmp_path / "rft1"

@@ -42,16 +42,26 @@ class GuidedSender:
         if not prompts:
             return []
         answers = [samples[0].text for samples in self.teacher.sample(prompts, 1, params)]
-        samples = [
-            Sample(prompt_tokens=self.policy.encode_prompt(p), tokens=self.policy.encode_completion(a), logprobs=[], text=a, stop_reason="eos")
-            for p, a in zip(prompts, answers)
-        ]
-        datums = [Datum.from_sample(s, advantage=0.0, decoded=decoder is not None, decode_budget=params.max_tokens) for s in samples]
-        scored = self.policy.compute_logprobs(datums, temperature=params.temperature, decoder=decoder)
-        out = []
-        for sample, logprobs in zip(samples, scored):
-            sample.logprobs = [float(x) for x in logprobs[-len(sample.tokens) :]]
-            producible = bool(sample.text) and len(sample.tokens) <= params.max_tokens and all(math.isfinite(x) and x > -1e4 for x in sample.logprobs)
-            self.fallbacks += not producible
-            out.append(sample if producible else None)
+        out = answers_as_samples(self.policy, prompts, answers, params, decoder)
+        self.fallbacks += sum(sample is None for sample in out)
         return out
+
+
+def answers_as_samples(policy, prompts: Sequence[ChatMessages], answers: Sequence[str], params: SamplingParams, decoder: Any) -> list:
+    """Each answer as a `Sample` of `policy` on its prompt, in the policy's own tokens and with
+    its logprobs under params.temperature and the decoder's mask; None for an answer the policy
+    could not have sampled (empty, over the token budget, or outside the mask)."""
+    if not prompts:
+        return []
+    samples = [
+        Sample(prompt_tokens=policy.encode_prompt(p), tokens=policy.encode_completion(a), logprobs=[], text=a, stop_reason="eos")
+        for p, a in zip(prompts, answers)
+    ]
+    datums = [Datum.from_sample(s, advantage=0.0, decoded=decoder is not None, decode_budget=params.max_tokens) for s in samples]
+    scored = policy.compute_logprobs(datums, temperature=params.temperature, decoder=decoder)
+    out = []
+    for sample, logprobs in zip(samples, scored):
+        sample.logprobs = [float(x) for x in logprobs[-len(sample.tokens) :]]
+        producible = bool(sample.text) and len(sample.tokens) <= params.max_tokens and all(math.isfinite(x) and x > -1e4 for x in sample.logprobs)
+        out.append(sample if producible else None)
+    return out

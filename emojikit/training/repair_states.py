@@ -75,17 +75,25 @@ def sample_repairs(policy, decoder, judge, reward, states, game, sampling, k: in
     repair benchmark does. A judged episode's `reward` is reward.score's breakdown; one the
     judge gave up on is `failed`, with no reward."""
     from emojikit.api.format import format_of
-    from emojikit.evaluation.repair import judge_turn2, turn2_prompts
+    from emojikit.evaluation.repair import turn2_prompts
+
+    prompts = turn2_prompts(game.model_copy(update={"max_turns": 2}), states, format_of(decoder))
+    samples = [sample for group in policy.sample(prompts, k, sampling, decoder) for sample in group]
+    flat_states = [state for state in states for _ in range(k)]
+    return judged_repairs(decoder, judge, reward, flat_states, samples)
+
+
+def judged_repairs(decoder, judge, reward, states, samples) -> list:
+    """One 2-turn episode per (state, turn-2 sample), judged and scored as sample_repairs says."""
+    from emojikit.api.format import format_of
+    from emojikit.evaluation.repair import judge_turn2
     from emojikit.play.game import _format_ok
 
     fmt = format_of(decoder)
-    prompts = turn2_prompts(game.model_copy(update={"max_turns": 2}), states, fmt)
-    samples = [sample for group in policy.sample(prompts, k, sampling, decoder) for sample in group]
-    flat_states = [state for state in states for _ in range(k)]
     answers = [sample.text for sample in samples]
-    rows = judge_turn2(judge, reward, flat_states, answers)
+    rows = judge_turn2(judge, reward, states, answers)
     valid = [_format_ok(decoder, fmt, a) for a in answers]
-    episodes = repair_episodes(flat_states, answers, rows, valid, samples)
+    episodes = repair_episodes(states, answers, rows, valid, samples)
     scored = [ep for ep in episodes if not ep.failed]
     for ep, breakdown in zip(scored, reward.score(scored) if scored else []):
         ep.reward = dict(breakdown)

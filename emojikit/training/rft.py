@@ -58,6 +58,11 @@ class RFTSettings(ConfigModel):
         "mean", description='A kept answer\'s reward is above: "mean" the mean of the state\'s k samples (a state whose answers all score '
         'alike teaches nothing); "repeat" (repair only) the reward of sending turn 1 again, the repair every sender has; "none": no baseline.'
     )
+    teacher: Optional[str] = Field(
+        None, description='Repair states: a teacher whose turn-2 answer joins each state\'s k samples as one more candidate (expert iteration '
+        'with an expert), e.g. "lexicon-repair" (emoji for the target\'s phrases the wrong guess misses) or "lexicon". The keep rule still '
+        "decides: its answer trains only where it wins and beats the baseline. An answer the decoder could not produce is left out (counted)."
+    )
     sft_steps: int = Field(8, ge=0, description="Cross-entropy optimizer steps per round on the round's kept pairs.")
     batch_size: int = Field(16, ge=1, description="Kept pairs per cross-entropy step (drawn in turn, an epoch a permutation).")
     learning_rate: float = Field(1e-4, gt=0, description="Adam learning rate of the cross-entropy steps.")
@@ -83,6 +88,8 @@ class RFTSettings(ConfigModel):
     def _repeat_needs_repair(self):
         if self.baseline == "repeat" and self.states != "repair":
             raise ValueError('baseline = "repeat" needs states = "repair" (a first turn has no turn 1 to send again)')
+        if self.teacher and self.states != "repair":
+            raise ValueError('teacher needs states = "repair" (on the first turn the SFT data already holds the teacher\'s answers)')
         return self
 
     @field_validator("start_from")
@@ -104,6 +111,7 @@ class Candidate:
     reward: float
     success: bool
     similarity: float
+    teacher: bool = False  # the teacher's answer, not a sample of the policy
 
 
 # --- the keep rule ------------------------------------------------------------------------
@@ -176,6 +184,29 @@ def repair_candidates(policy, decoder, judge, reward, states, game, sampling, k:
     return groups
 
 
+def teacher_repair_candidates(policy, decoder, judge, reward, teacher_answers, states, game, sampling) -> tuple[list[Optional[Candidate]], int]:
+    """The teacher's turn-2 answer per state as a Candidate in the policy's own tokens (None where
+    it cannot be one: not producible under the decoder, or the judge gave up), judged as a sampled
+    repair is; and how many answers the decoder could not produce."""
+    from emojikit.api.format import format_of
+    from emojikit.evaluation.repair import turn2_prompts
+    from emojikit.training.guidance import answers_as_samples
+    from emojikit.training.repair_states import judged_repairs
+
+    prompts = turn2_prompts(game.model_copy(update={"max_turns": 2}), states, format_of(decoder))
+    answers = teacher_answers.turn2(states, prompts, sampling, decoder)
+    samples = answers_as_samples(policy, prompts, answers, sampling, decoder)
+    producible = [i for i, sample in enumerate(samples) if sample is not None]
+    out: list[Optional[Candidate]] = [None] * len(states)
+    if producible:
+        episodes = judged_repairs(decoder, judge, reward, [states[i] for i in producible], [samples[i] for i in producible])
+        for i, ep in zip(producible, episodes):
+            if not ep.failed:
+                answer = ep.turns[1]
+                out[i] = Candidate(i, answer.sample, answer.emoji, answer.valid, float(ep.reward["total"]), bool(ep.success), answer.similarity, teacher=True)
+    return out, len(states) - len(producible)
+
+
 # --- cross-entropy on the kept pairs --------------------------------------------------------------
 
 
@@ -213,6 +244,7 @@ def round_statistics(candidates: list[list[Candidate]], kept: list[Candidate]) -
         "format_violations": statistics.fmean(not c.valid for c in everything) if everything else 0.0,
     }
     if kept:
+        row["kept_teacher_share"] = statistics.fmean(c.teacher for c in kept)
         row["reward_mean_kept"] = statistics.fmean(c.reward for c in kept)
         row["similarity_mean_kept"] = statistics.fmean(c.similarity for c in kept)
     return row
@@ -256,6 +288,12 @@ def run(recipe, run_dir) -> None:
     if s.states == "repair":  # made by the start weights, before resume_policy loads a later round
         states = train_states(policy, decoder, judge, reward, train_targets, game, s.state_temperature, recipe.seed, run_dir, start_ref or "base", "rft")
     pool_size = len(states) if states is not None else len(train_targets)
+    teacher_answers = None
+    if s.teacher:
+        from emojikit.evaluation.evaluate import TEACHER_PREFIX
+        from emojikit.evaluation.repair import answers_for
+
+        teacher_answers = answers_for(recipe, TEACHER_PREFIX + s.teacher, game, run_dir.path)
 
     start = run_dir.resume_policy(policy, (METRICS_FILE, EVAL_FILE, KEPT_FILE))
     evaluate, evals = heldout_evaluations(
@@ -275,6 +313,11 @@ def run(recipe, run_dir) -> None:
             if states is not None:
                 round_states = [states[i] for i in chosen]
                 candidates = repair_candidates(policy, decoder, judge, reward, round_states, game, sampling, s.samples_per_state)
+                if teacher_answers is not None:
+                    taught, unproducible = teacher_repair_candidates(policy, decoder, judge, reward, teacher_answers, round_states, game, sampling)
+                    for group, candidate in zip(candidates, taught):
+                        group.extend([candidate] if candidate is not None else [])
+                    teacher_row = {"teacher_wins": statistics.fmean(bool(c and c.success) for c in taught), "teacher_unproducible": unproducible}
                 if s.baseline == "repeat":
                     baselines = repeat_baselines(judge, reward, round_states)
                 targets = [st.target for st in round_states]
@@ -285,12 +328,15 @@ def run(recipe, run_dir) -> None:
             t_sample = time.time() - t0
             kept = keep_answers(candidates, s, threshold(s), baselines)
             row = {"step": done, "round": done, **round_statistics(candidates, kept), "sample_seconds": t_sample}
+            if teacher_answers is not None:
+                row.update(teacher_row)
             if baselines is not None:
                 row["repeat_reward_mean"] = statistics.fmean(b for b in baselines if b != float("inf")) if any(b != float("inf") for b in baselines) else 0.0
             row.update(train_kept(policy, kept, s, recipe.seed, round_index))
             row["round_seconds"] = time.time() - t0
             for c in kept[: s.log_kept]:
-                run_dir.log(KEPT_FILE, {"step": done, "target": targets[c.state], "answer": c.text, "reward": round(c.reward, 4), "similarity": round(c.similarity, 4)})
+                run_dir.log(KEPT_FILE, {"step": done, "target": targets[c.state], "answer": c.text, "reward": round(c.reward, 4), "similarity": round(c.similarity, 4),
+                                        "source": "teacher" if c.teacher else "sample"})
             if heldout and s.eval_every and done % s.eval_every == 0 and done != s.rounds:
                 held = evaluate(done)
                 row["eval_success_rate"], row["eval_repair_rate"] = held["success_rate"], held["repair_rate"]

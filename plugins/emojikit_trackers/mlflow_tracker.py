@@ -40,6 +40,7 @@ class MlflowTracker:
         self.config = config
         self.client = None
         self.run_id = ""
+        self._stored: dict[str, set[int]] = {}  # key -> steps the store held when the run resumed
 
     def start(self, run) -> str:
         uri = self.config.tracking_uri
@@ -70,7 +71,9 @@ class MlflowTracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(key, value, now, step) for key, value in metrics.items()])
+        fresh = [Metric(key, value, now, step) for key, value in metrics.items() if step not in self._stored.get(key, ())]
+        if fresh:
+            self.client.log_batch(self.run_id, metrics=fresh)
 
     def log_table(self, name: str, columns: list[str], rows: list[list]) -> None:
         data = {c: [row[i] if isinstance(row[i], (int, float, str, bool)) or row[i] is None else str(row[i]) for row in rows] for i, c in enumerate(columns)}
@@ -81,9 +84,13 @@ class MlflowTracker:
             self.client.set_terminated(self.run_id, status=STATUS.get(status, "FAILED"))
 
     def stored_step(self) -> Optional[int]:
+        """The last step every stored key reaches (-1: none). A file store writes a batch key by
+        key, so a kill -9 can leave a step with some keys only; steps after this one are sent
+        again, and log_metrics skips the (key, step) pairs the store already holds."""
         keys = self.client.get_run(self.run_id).data.metrics
-        steps = [m.step for key in keys for m in self.client.get_metric_history(self.run_id, key)]
-        return max(steps) if steps else -1
+        self._stored = {key: {m.step for m in self.client.get_metric_history(self.run_id, key)} for key in keys}
+        reached = [max(steps) for steps in self._stored.values() if steps]
+        return min(reached) if reached else -1
 
 
 def build(config: MlflowConfig, ctx) -> MlflowTracker:

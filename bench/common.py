@@ -11,6 +11,10 @@ import resource
 import sys
 from pathlib import Path
 
+from emojikit.support.torch_env import prepare_torch_environment  # noqa: E402
+
+prepare_torch_environment()  # the same torch settings as the `emojikit` command
+
 MESSAGES = [
     "I just got the job I interviewed for!",
     "My cat knocked the plant off the shelf again.",

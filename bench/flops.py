@@ -17,9 +17,9 @@ projection, attention 4 x (heads x head_dim) x context; the output head 2 x hidd
 each position whose logits are used. Backward: the frozen base and the head need the input
 gradient only (1 x forward), LoRA input and weight gradients (2 x), attention 2 x.
 
-Time is the process's CPU seconds (GFLOP/s per CPU-second of the one thread), for the peak and
-the phases alike, so other processes sharing the core lower neither; wall seconds are printed
-beside them. Phases (each timed alone, median over rounds after a warm-up):
+Time, for the peak and the phases alike: with one torch thread the process's CPU seconds (so
+other processes sharing the core lower neither); with more threads wall seconds (CPU seconds
+would count every thread, spinning ones too), which needs an idle machine. Both are printed. Phases (each timed alone, median over rounds after a warm-up):
   sft        forward_backward("cross_entropy") + optim_step on `batch` SFT chats
   sampling   `prompts` x `completions` rows of up to `new_tokens` tokens at temperature 1
   reference  the KL's reference pass (compute_logprobs(reference=True, weighted_only=True))
@@ -42,9 +42,12 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 
 
 def clock() -> float:
-    """CPU seconds of this process: with one torch thread, the compute the phase received, so
-    a second process time-sharing the core does not count against the phase or the peak."""
-    return time.process_time()
+    """CPU seconds of this process with one torch thread: the compute the phase received, so a
+    second process time-sharing the core does not count against the phase or the peak. With
+    more threads, wall seconds (see the module docstring)."""
+    import torch
+
+    return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
 
 
 # --- the machine's peak ----------------------------------------------------------------------
@@ -244,13 +247,14 @@ def run(args) -> dict:
     peaks_after = {"float32": matmul_peak(torch.float32, shapes_), "bfloat16": matmul_peak(torch.bfloat16, shapes_)}
     peak = {d: max(max(peaks_before[d].values()), max(peaks_after[d].values())) for d in ("float32", "bfloat16")}
     table = []
+    clock_name = "cpu" if torch.get_num_threads() == 1 else "wall"
     for dtype, rows in results:
         for phase in ("sft", "sampling", "reference", "training"):
             row = rows[phase]
             gflops = row["gflop"] / row["seconds"]
             table.append({
                 "dtype": dtype, "phase": phase, "gflop": round(row["gflop"], 1), "cpu_seconds": round(row["seconds"], 3), "wall_seconds": round(row["wall_seconds"], 3),
-                "gflop_per_s": round(gflops, 1), "of_bf16_peak": round(gflops / peak["bfloat16"], 3), "of_fp32_peak": round(gflops / peak["float32"], 3),
+                "gflop_per_s": round(gflops, 1), "clock": clock_name, "of_bf16_peak": round(gflops / peak["bfloat16"], 3), "of_fp32_peak": round(gflops / peak["float32"], 3),
             })
         table[-1]["extra"] = {k: round(v, 6) for k, v in rows["extra"].items()}
     return {

@@ -5,6 +5,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from emojikit.support.torch_env import prepare_torch_environment  # noqa: E402
+
+prepare_torch_environment()  # the torch settings the `emojikit` command runs with
 
 import pytest  # noqa: E402
 

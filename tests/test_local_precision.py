@@ -118,10 +118,12 @@ def test_truncated_importance_weight_scales_the_advantage():
 
 def test_correction_can_be_turned_off_or_used_in_float32():
     def shifted(policy):
-        """Sampled datums whose sampler logprobs are 0.1 nats below the trainer's."""
+        """Sampled datums whose sampler logprobs are 0.1 nats below the trainer's (the bf16
+        sampler's own numbers differ from the trainer's: it runs merged weights)."""
         datums = sampled_datums(policy)
-        for d in datums:
-            d.logprobs = [x - 0.1 if w else x for x, w in zip(d.logprobs, d.weights)]
+        trainer = policy.compute_logprobs(datums, temperature=0.8, weighted_only=True)
+        for d, lp in zip(datums, trainer):
+            d.logprobs = [x - 0.1 if w else x for x, w in zip(lp, d.weights)]
         return datums
 
     off = tiny_policy(dtype="bfloat16", sampler_correction="none")
@@ -166,3 +168,41 @@ def test_grpo_runs_on_the_bfloat16_path_with_the_ratio_at_one(tmp_path, tiny_mod
     for row in trained:
         assert row["ratio_max_deviation"] == 0.0 and "kl" in row
         assert 0 <= row["sampler_gap_max"] < 1.0
+
+
+def test_dithered_rounding_keeps_a_delta_below_half_a_bfloat16_step():
+    from emojikit_local.precision import dither, dithered_bfloat16
+
+    base = torch.randn(20_000).to(torch.bfloat16).float()
+    delta = torch.full_like(base, 1e-4)  # far below half a bf16 step of these weights
+    nearest = (base + delta).to(torch.bfloat16).float()
+    assert float((nearest - base).mean()) < 1e-5  # round-to-nearest drops the delta
+    generator = torch.Generator().manual_seed(0)
+    kept = dithered_bfloat16(base + delta, dither(base.shape, generator)).float() - base
+    assert float(kept.mean()) == pytest.approx(1e-4, rel=0.1)  # the dither keeps it on average
+    exact = torch.tensor([1.0, -2.5, 0.0])
+    assert torch.equal(dithered_bfloat16(exact, dither(exact.shape, generator)).float(), exact)
+
+
+def test_the_sampler_runs_merged_weights_that_follow_every_adapter_change(tmp_path):
+    fast = tiny_policy(dtype="bfloat16", micro_batch_size=8)
+    same_adapters(fast)
+    datums = sampled_datums(fast)
+    merged = fast.merged_sampling.weights
+    assert merged is not None and all(w.dtype == torch.bfloat16 for w in merged)
+    # close to the trainer's unmerged products: the bf16 gap the correction handles
+    trainer = fast.compute_logprobs(datums, temperature=0.8, weighted_only=True)
+    gaps = [abs(a - b) for d, lp in zip(datums, trainer) for a, b, w in zip(d.logprobs, lp, d.weights) if w]
+    assert max(gaps) < 0.5
+    saved = fast.save(str(tmp_path / "before"))
+    fast.forward_backward(datums, "ppo", temperature=0.8)
+    fast.optim_step(AdamParams(learning_rate=5e-2))
+    assert fast.merged_sampling.weights is None  # an optimizer step invalidates the merge
+    after = fast.sample(PROMPTS, 2, SamplingParams(max_tokens=4, temperature=0.8, seed=3))
+    assert any(not torch.equal(a, b) for a, b in zip(merged, fast.merged_sampling.weights))
+    fast.load(saved, with_optimizer=False)  # so does a load: the old adapter samples as before
+    again = fast.sample(PROMPTS, 2, SamplingParams(max_tokens=4, temperature=0.8, seed=3))
+    fresh = tiny_policy(dtype="bfloat16", micro_batch_size=8)
+    fresh.load(saved, with_optimizer=False)
+    assert [[s.logprobs for s in g] for g in again] == [[s.logprobs for s in g] for g in fresh.sample(PROMPTS, 2, SamplingParams(max_tokens=4, temperature=0.8, seed=3))]
+    assert after != again

@@ -7,12 +7,16 @@ import json
 import sys
 from pathlib import Path
 
-import click
-from pydantic import BaseModel
+from emojikit.support.torch_env import prepare_torch_environment
 
-from emojikit.api.errors import EmojikitError
-from emojikit.composition.registry import KINDS, get_registry
-from emojikit.api.secrets import scrub
+prepare_torch_environment()  # before anything imports torch
+
+import click  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
+from emojikit.api.errors import EmojikitError  # noqa: E402
+from emojikit.composition.registry import KINDS, get_registry  # noqa: E402
+from emojikit.api.secrets import scrub  # noqa: E402
 
 MAX_TEMPERATURE = 5.0  # beyond this, sampling is noise
 SEED_MAX = 2**32 - 1

@@ -46,6 +46,46 @@ def tempered_logprobs(logits_N_V: torch.Tensor, temperature: float, allowed_N_V:
     return torch.log_softmax(scaled_N_V, dim=-1)
 
 
+class _TargetLogprob(torch.autograd.Function):
+    """tempered_logprobs(logits, temperature, allowed).gather(targets), fused: the forward keeps
+    only the logits it was given and a logsumexp per row, and the backward recomputes the
+    softmax once, instead of autograd keeping and walking the scaled copy, the masked copy, the
+    [N, V] log-softmax and the zero-filled scatter of the gather (~1/8 of an SFT step's time)."""
+
+    @staticmethod
+    def forward(ctx, logits_N_V, targets_N, temperature, allowed_N_V):
+        scaled_N_V = _scaled(logits_N_V, temperature, allowed_N_V)
+        lse_N = torch.logsumexp(scaled_N_V, dim=-1)
+        ctx.save_for_backward(logits_N_V, targets_N, lse_N, allowed_N_V)
+        ctx.temperature = temperature
+        return scaled_N_V.gather(-1, targets_N[:, None]).squeeze(-1) - lse_N
+
+    @staticmethod
+    def backward(ctx, grad_N):
+        logits_N_V, targets_N, lse_N, allowed_N_V = ctx.saved_tensors
+        # d/dx (x_t - logsumexp(x)) = onehot(t) - softmax(x); forbidden tokens have softmax 0
+        grad_N_V = (_scaled(logits_N_V, ctx.temperature, allowed_N_V) - lse_N[:, None]).exp_().mul_(-grad_N[:, None])
+        grad_N_V.scatter_add_(-1, targets_N[:, None], grad_N[:, None])
+        if effective_temperature(ctx.temperature) != 1.0:
+            grad_N_V.div_(effective_temperature(ctx.temperature))
+        return grad_N_V.to(logits_N_V.dtype), None, None, None
+
+
+def _scaled(logits_N_V: torch.Tensor, temperature: float, allowed_N_V: Optional[torch.Tensor]) -> torch.Tensor:
+    scaled_N_V = logits_N_V.float()
+    if effective_temperature(temperature) != 1.0:
+        scaled_N_V = scaled_N_V / effective_temperature(temperature)
+    if allowed_N_V is not None:
+        scaled_N_V = scaled_N_V.masked_fill(~allowed_N_V, float("-inf"))
+    return scaled_N_V
+
+
+def target_logprobs_of(logits_N_V: torch.Tensor, targets_N: torch.Tensor, temperature: float, allowed_N_V: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Float[N]: the logprob of each row's target under `tempered_logprobs(logits_N_V,
+    temperature, allowed_N_V)` (float32), differentiable with respect to the logits."""
+    return _TargetLogprob.apply(logits_N_V, targets_N, temperature, allowed_N_V)
+
+
 def draw(logprobs_N_V: torch.Tensor, temperature: float, top_p: float, generator: Optional[torch.Generator]) -> torch.Tensor:
     """One token per row: argmax at temperature 0, else a draw from the top_p nucleus.
 
@@ -66,6 +106,10 @@ def draw(logprobs_N_V: torch.Tensor, temperature: float, top_p: float, generator
     cdf_N_V = probs_N_V.double().cumsum(dim=-1)
     u_N = torch.rand(cdf_N_V.shape[0], generator=generator, device=cdf_N_V.device, dtype=torch.float64) * cdf_N_V[:, -1]
     token_N = torch.searchsorted(cdf_N_V, u_N[:, None], right=True).squeeze(-1)
-    # u == total can only happen through rounding; fall back to the last token with mass
-    last_N = (probs_N_V > 0).cumsum(dim=-1).argmax(dim=-1)
-    return torch.minimum(token_N, last_N)
+    # u == total can only happen through rounding (the search then runs past the last token
+    # with mass): take that token instead; found only for such rows, not a pass over every row
+    over_N = token_N >= probs_N_V.shape[-1]
+    if bool(over_N.any()):
+        last_M = (probs_N_V[over_N] > 0).cumsum(dim=-1).argmax(dim=-1)
+        token_N = token_N.masked_scatter(over_N, last_M)
+    return token_N

@@ -8,7 +8,7 @@ second adapter "reference" holding that checkpoint; never a second copy of the b
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
@@ -18,6 +18,7 @@ from emojikit.api.errors import ConfigError, InputFileError
 from emojikit.support.io import atomic_directory
 from emojikit.api.policy import AdamParams, ChatMessages, Datum, LossOutput, Sample, SamplingParams
 from emojikit_local import checkpoint
+from emojikit_local.allocator import keep_freed_memory
 from emojikit_local.config import LocalConfig
 from emojikit_local.losses import LOSSES, loss_sum
 from emojikit_local.precision import SamplerCorrection, bfloat16_compute
@@ -61,6 +62,7 @@ class LocalPolicy:
         """Wrap a loaded base model (see loading.load_model_and_tokenizer) with LoRA."""
         from peft import LoraConfig, PeftModel, get_peft_model
 
+        keep_freed_memory()  # every step reuses its activations' memory instead of faulting it in again
         if config.dtype == "bfloat16":
             model = model.float()  # fp32 weights where they are kept; bfloat16_compute casts the rest
         self.config = config
@@ -84,8 +86,7 @@ class LocalPolicy:
             self.model = get_peft_model(model, lora, adapter_name=TRAINED)
         if config.base_matmul_dtype == "bfloat16" and config.dtype == "float32":
             lower_base_projections(self.model, torch.bfloat16)
-        if config.dtype == "bfloat16":
-            bfloat16_compute(self.model)
+        self.merged_sampling = bfloat16_compute(self.model) if config.dtype == "bfloat16" else None
         corrected = config.sampler_correction == "truncated_is" or (config.sampler_correction == "auto" and config.dtype == "bfloat16")
         self.correction = SamplerCorrection(config.truncated_is_cap) if corrected else None
         self.model.eval()
@@ -159,16 +160,21 @@ class LocalPolicy:
             self.correction.sampled(self.step)
         rows = [tokens for tokens in prompt_tokens for _ in range(n)]
         decoded = []
-        for chunk in _chunks(rows, self.config.sample_batch_size):
-            decoded += decode_batch(
-                self.model, chunk, max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
-                constraint=constraint, stop_ids=stop_ids, pad_id=self.pad_id, generator=generator, device=self.device,
-            )
+        with self._sampling_weights():
+            for chunk in _chunks(rows, self.config.sample_batch_size):
+                decoded += decode_batch(
+                    self.model, chunk, max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
+                    constraint=constraint, stop_ids=stop_ids, pad_id=self.pad_id, generator=generator, device=self.device,
+                )
         samples = [
             Sample(prompt_tokens=list(rows[i]), tokens=d.tokens, logprobs=d.logprobs, text=self.decode(d.tokens), stop_reason=d.stop_reason)
             for i, d in enumerate(decoded)
         ]
         return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def _sampling_weights(self):
+        """bf16: the adapter merged into the sampler's weights (precision.MergedSampling)."""
+        return self.merged_sampling.active() if self.merged_sampling is not None else nullcontext()
 
     @contextmanager
     def _weights(self, reference: bool):
@@ -294,8 +300,13 @@ class LocalPolicy:
             grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        self._adapter_changed()
         self.step += 1
         return {"grad_norm": float(grad_norm), "learning_rate": params.learning_rate}
+
+    def _adapter_changed(self) -> None:
+        if self.merged_sampling is not None:
+            self.merged_sampling.invalidate()
 
     def _optimizer(self) -> torch.optim.Optimizer:
         if self.optimizer is None:
@@ -340,6 +351,7 @@ class LocalPolicy:
             raise InputFileError(f"{path}: adapter does not fit this model and LoRA config ({str(exc).splitlines()[0]})") from None
         if result.unexpected_keys:
             raise InputFileError(f"{path}: adapter has weights this model lacks, e.g. {result.unexpected_keys[0]}")
+        self._adapter_changed()
         state = checkpoint.read_state(path)
         self.step = int(state.get("step", 0))
         self.last_sample_budget = int(state.get("decode_budget", self.last_sample_budget))

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import torch
 
 from emojikit.api.policy import Datum
-from emojikit_local.distribution import allowed_rows, tempered_logprobs
+from emojikit_local.distribution import allowed_rows, target_logprobs_of
 
 # Below this many shared tokens the extra cache copy costs more than the prefix pass saves.
 MIN_COMMON_PREFIX = 4
@@ -145,7 +145,7 @@ def _scored_logprobs(model, hidden_B_K_D, targets_B_K, needed_B_K, datums, offse
     rows_N, cols_N = needed_B_K.nonzero(as_tuple=True)
     logits_N_V = _project(model, hidden_B_K_D[rows_N, cols_N])
     targets_N = targets_B_K[rows_N, cols_N]
-    logprobs_N = tempered_logprobs(logits_N_V, temperature).gather(-1, targets_N[:, None]).squeeze(-1)
+    allowed_N_V = None
     if constraint is not None and any(d.decoded_spans for d in datums):
         index_B_K = torch.full(needed_B_K.shape, -1, dtype=torch.long, device=device)
         index_B_K[rows_N, cols_N] = torch.arange(len(rows_N), device=device)
@@ -154,10 +154,10 @@ def _scored_logprobs(model, hidden_B_K_D, targets_B_K, needed_B_K, datums, offse
         index_Q = index_B_K[torch.tensor(rows, device=device), torch.tensor([p - offsets[r] for r, p in zip(rows, positions)], device=device)]
         keep = (index_Q >= 0).nonzero().squeeze(-1).tolist()
         if keep:
-            query_Q = index_Q[keep]
-            allowed_Q_V = allowed_rows(constraint, [states[i] for i in keep], [tokens_left[i] for i in keep], logits_N_V.shape[-1], device)
-            masked_Q = tempered_logprobs(logits_N_V[query_Q], temperature, allowed_Q_V).gather(-1, targets_N[query_Q][:, None]).squeeze(-1)
-            logprobs_N = logprobs_N.index_put((query_Q,), masked_Q)
+            # rows outside the decoded spans allow every token
+            allowed_N_V = torch.ones(logits_N_V.shape, dtype=torch.bool, device=device)
+            allowed_N_V[index_Q[keep]] = allowed_rows(constraint, [states[i] for i in keep], [tokens_left[i] for i in keep], logits_N_V.shape[-1], device)
+    logprobs_N = target_logprobs_of(logits_N_V, targets_N, temperature, allowed_N_V)
     return logprobs_N.new_zeros(needed_B_K.shape).index_put((rows_N, cols_N), logprobs_N)
 
 

@@ -206,3 +206,26 @@ def test_the_sampler_runs_merged_weights_that_follow_every_adapter_change(tmp_pa
     fresh.load(saved, with_optimizer=False)
     assert [[s.logprobs for s in g] for g in again] == [[s.logprobs for s in g] for g in fresh.sample(PROMPTS, 2, SamplingParams(max_tokens=4, temperature=0.8, seed=3))]
     assert after != again
+
+
+def test_the_fused_bfloat16_lora_product_matches_autograd_through_the_plain_ops():
+    from emojikit_local.precision import BF16, _LoraLinearBF16
+
+    F = torch.nn.functional
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 32, generator=generator, requires_grad=True)
+    weight = torch.randn(48, 32, generator=generator).to(BF16)
+    lora_A = torch.randn(4, 32, generator=generator, requires_grad=True)
+    lora_B = torch.randn(48, 4, generator=generator, requires_grad=True)
+    grad = torch.randn(3, 5, 48, generator=generator)
+    fused = _LoraLinearBF16.apply(x, weight, None, lora_A, lora_B, 2.0)
+    fused.backward(grad)
+    got = [fused.detach(), x.grad.clone(), lora_A.grad.clone(), lora_B.grad.clone()]
+    x.grad = lora_A.grad = lora_B.grad = None
+    x_bf = x.to(BF16)
+    plain = F.linear(x_bf, weight).float().add_(F.linear(F.linear(x_bf, lora_A.to(BF16)), lora_B.to(BF16)), alpha=2.0)
+    plain.backward(grad)
+    for a, b in zip(got, [plain.detach(), x.grad, lora_A.grad, lora_B.grad]):
+        assert a.dtype == torch.float32
+        # the input gradient sums its two products in one bf16 addmm: within bf16 rounding
+        assert float((a - b).abs().max()) <= 0.01 * float(b.abs().max())

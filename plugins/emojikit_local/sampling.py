@@ -6,6 +6,7 @@ the ones `distribution.tempered_logprobs` gives the trainer.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -19,6 +20,19 @@ class Decoded:
     tokens: list[int]
     logprobs: list[float]
     stop_reason: str  # "eos" | "length"
+
+
+def cache_argument(model) -> str:
+    """The name the model's forward takes its KV cache by: `cache` from transformers 5.24 (which
+    deprecates `past_key_values` with a FutureWarning at every call), `past_key_values` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.get_decoder().forward).parameters else "past_key_values"
+
+
+def returned_cache(out):
+    """The KV cache a forward returned (`cache` from transformers 5.24, `past_key_values` before)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,13 +76,14 @@ def decode_batch(
     positions_U_T = (attention_U_T.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=tokens_U_T, attention_mask=attention_U_T, position_ids=positions_U_T, use_cache=True, logits_to_keep=1)
     expand_B = torch.tensor(row_to_unique, device=device)
-    cache = out.past_key_values
+    cache = returned_cache(out)
     if len(unique) < batch:
         cache.reorder_cache(expand_B)  # index_select on the batch dimension of every layer
     logits_L_V = out.logits[:, -1].index_select(0, expand_B)
     attention_L_T = attention_U_T.index_select(0, expand_B)
     next_position_L = positions_U_T[:, -1].index_select(0, expand_B) + 1
     stop_S = torch.tensor(sorted(stop_ids), device=device)
+    cache_name = cache_argument(model)
 
     # L indexes the rows still decoding; live[l] is the result row it fills.
     live = list(range(batch))
@@ -100,7 +115,7 @@ def decode_batch(
             cache.reorder_cache(kept)
             attention_L_T, next_L, next_position_L = attention_L_T[kept], next_L[kept], next_position_L[kept]
         attention_L_T = torch.cat([attention_L_T, torch.ones_like(attention_L_T[:, :1])], dim=-1)
-        out = model(input_ids=next_L[:, None], attention_mask=attention_L_T, position_ids=next_position_L[:, None], past_key_values=cache, use_cache=True)
-        cache, logits_L_V = out.past_key_values, out.logits[:, -1]
+        out = model(input_ids=next_L[:, None], attention_mask=attention_L_T, position_ids=next_position_L[:, None], use_cache=True, **{cache_name: cache})
+        cache, logits_L_V = returned_cache(out), out.logits[:, -1]
         next_position_L = next_position_L + 1
     return results

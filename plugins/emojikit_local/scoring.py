@@ -162,7 +162,7 @@ def _scored_logprobs(model, hidden_B_K_D, targets_B_K, needed_B_K, datums, offse
 
 
 def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *, temperature, constraint, budget, pad_id, device, weighted_only: bool) -> torch.Tensor:
-    from emojikit_local.sampling import left_pad, unique_rows
+    from emojikit_local.sampling import cache_argument, left_pad, returned_cache, unique_rows
 
     decoder = _decoder(model)
     prefixes, row_to_unique = unique_rows([d.model_input[:s] for d, s in zip(datums, splits)])
@@ -170,7 +170,7 @@ def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *
     positions_U_P = (prefix_attention_U_P.cumsum(-1) - 1).clamp(min=0)
     out = decoder(input_ids=prefix_U_P, attention_mask=prefix_attention_U_P, position_ids=positions_U_P, use_cache=True)
     expand_B = torch.tensor(row_to_unique, device=device)
-    cache = out.past_key_values
+    cache = returned_cache(out)
     cache.reorder_cache(expand_B)  # differentiable index_select: gradients sum back into the prefix
 
     suffix_B_S, suffix_attention_B_S = right_pad([d.model_input[s:] for d, s in zip(datums, splits)], pad_id, device)
@@ -181,7 +181,7 @@ def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *
     attention_B_PS = torch.cat([prefix_attention_U_P.index_select(0, expand_B), suffix_attention_B_S], dim=1)
     # Suffix columns before `skip` are prompt in every row (a common-prefix split): no logits.
     skip = min(max(0, min(needed_from(d) - s for d, s in zip(datums, splits))), width_S - 1)
-    hidden_B_S_D = decoder(input_ids=suffix_B_S, attention_mask=attention_B_PS, position_ids=positions_B_S, past_key_values=cache, use_cache=True).last_hidden_state
+    hidden_B_S_D = decoder(input_ids=suffix_B_S, attention_mask=attention_B_PS, position_ids=positions_B_S, use_cache=True, **{cache_argument(model): cache}).last_hidden_state
     offsets = [s + skip for s in splits]
     needed_B_K = _needed(datums, offsets, suffix_attention_B_S[:, skip:], weighted_only)
     logprobs_B_K = _scored_logprobs(model, hidden_B_S_D[:, skip:], targets_B_S[:, skip:], needed_B_K, datums, offsets, temperature, constraint, budget, device)

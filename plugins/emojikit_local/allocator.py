@@ -6,11 +6,12 @@ the heap back to the OS. A training step allocates and frees the same few hundre
 activations every step, so on CPU each step paid for them again in page faults: 72,000 minor
 faults per SFT step of 16 on SmolLM2 (288 MB of first touches), ~16 % of the step's wall time
 (docs/performance.md, change 10). Raising both thresholds and the heap's top pad lets the
-heap reuse the blocks (~1,100 faults per step). Cost: the process keeps its peak heap (RSS stays near peak instead of
-falling between steps); the peak itself does not grow.
+heap reuse the blocks (~1,100 faults per step). Cost: the process keeps its peak heap (RSS
+stays near peak instead of falling between steps); the peak itself does not grow.
 
 The same thing, set before the process starts: MALLOC_MMAP_THRESHOLD_=33554432
-MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_TOP_PAD_=536870912. jemalloc or tcmalloc through LD_PRELOAD do it too.
+MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_TOP_PAD_=536870912; jemalloc or tcmalloc through
+LD_PRELOAD do it too.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ _done = False
 
 
 def keep_freed_memory() -> bool:
-    """Raise glibc's mmap and trim thresholds once per process; True when they were set. A no-op
+    """Raise glibc's mmap and trim thresholds and top pad once per process; True when set. A no-op
     elsewhere (macOS, Windows, musl: their allocators keep freed blocks already or differ)."""
     global _done
     if _done:

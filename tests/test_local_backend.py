@@ -436,3 +436,35 @@ def test_the_bundled_model_is_dequantized_once_then_cached(tmp_path, monkeypatch
     assert time.monotonic() - started < 15
     for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
         torch.testing.assert_close(a, b, msg=name)
+
+
+def test_draw_past_the_total_by_rounding_takes_the_last_token_with_mass(monkeypatch):
+    from emojikit_local import distribution
+
+    logprobs_N_V = torch.log(torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.1, 0.0, 0.9, 0.0], [0.25, 0.25, 0.25, 0.25]]))
+    # u = the total mass exactly: the search runs past the end of every row
+    monkeypatch.setattr(distribution.torch, "rand", lambda n, **kw: torch.ones(n, dtype=kw.get("dtype")))
+    assert distribution.draw(logprobs_N_V, 1.0, 1.0, None).tolist() == [1, 2, 3]
+
+
+def test_the_local_backend_keeps_freed_memory_in_the_heap():
+    import sys
+
+    from emojikit_local.allocator import keep_freed_memory
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("glibc's mallopt is Linux only")
+    assert keep_freed_memory() and keep_freed_memory()  # set once, then a no-op that says so
+
+
+def test_the_command_sets_torch_allocation_settings_before_torch_loads():
+    import os
+    import subprocess
+    import sys
+
+    probe = "import emojikit.ui.cli, os, sys; print(os.environ.get('THP_MEM_ALLOC_ENABLE'), 'torch' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout.split()
+    assert out == ["1", "False"]  # set, and torch not imported yet, so torch reads it
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**env, "THP_MEM_ALLOC_ENABLE": "0"}, check=True).stdout.split()
+    assert out[0] == "0"  # the user's value wins

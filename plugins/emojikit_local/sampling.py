@@ -6,6 +6,7 @@ the ones `distribution.tempered_logprobs` gives the trainer.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -26,7 +27,13 @@ def cache_argument(model) -> str:
     """The name the model's forward takes its KV cache by: `cache` from transformers 5.24 (which
     deprecates `past_key_values` with a FutureWarning at every call), `past_key_values` before."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.get_decoder().forward).parameters else "past_key_values"
+    return _cache_argument_of(type(base.get_decoder()))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_argument_of(decoder_class: type) -> str:
+    # read once per class: it is asked at every scored micro-batch
+    return "cache" if "cache" in inspect.signature(decoder_class.forward).parameters else "past_key_values"
 
 
 def returned_cache(out):

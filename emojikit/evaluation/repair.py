@@ -229,6 +229,7 @@ def evaluate_repair(recipe, states_path: Path, senders: Sequence[str], temperatu
     from emojikit.api.errors import ConfigError
     from emojikit.api.format import format_of
     from emojikit.api.policy import SamplingParams
+    from tqdm import tqdm
 
     header, states = read_states(states_path)
     for name in senders:
@@ -248,10 +249,15 @@ def evaluate_repair(recipe, states_path: Path, senders: Sequence[str], temperatu
     results: dict = {"states_file": str(states_path), "states": len(states), "states_sender": header.get("sender"),
                      "judge": judge_name, "judge_settings": judge_settings(recipe), "temperature": temperature, "seed": recipe.seed,
                      "senders": {}, "paired": []}
-    for name in names:
+    # One sampling call per sender (its seeded draws do not depend on how the states are split),
+    # so the bar moves a sender at a time and shows each finished sender's rate.
+    bar = tqdm(names, desc=f"repair benchmark ({len(states)} states)", unit="sender")
+    for name in bar:
+        bar.set_postfix_str(f"{name}: turn 2")
         answers = answers_for(recipe, name, game, out_dir).turn2(states, prompts, params, decoder)
         rows = judge_turn2(judge, reward, states, answers)
         wins = sum(r["success"] for r in rows)
+        bar.write(f"{name}: repair rate {wins / len(states):.3f} ({wins}/{len(states)})")
         results["senders"][name] = {
             "repair_rate": wins / len(states), "repair_wins": wins, "states": len(states),
             "similarity": sum(r["similarity"] for r in rows) / len(states),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -257,7 +258,7 @@ def evaluate_repair(recipe, states_path: Path, senders: Sequence[str], temperatu
         answers = answers_for(recipe, name, game, out_dir).turn2(states, prompts, params, decoder)
         rows = judge_turn2(judge, reward, states, answers)
         wins = sum(r["success"] for r in rows)
-        bar.write(f"{name}: repair rate {wins / len(states):.3f} ({wins}/{len(states)})")
+        bar.write(f"{name}: repair rate {wins / len(states):.3f} ({wins}/{len(states)})", file=sys.stderr)
         results["senders"][name] = {
             "repair_rate": wins / len(states), "repair_wins": wins, "states": len(states),
             "similarity": sum(r["similarity"] for r in rows) / len(states),

@@ -250,8 +250,8 @@ def evaluate_repair(recipe, states_path: Path, senders: Sequence[str], temperatu
     results: dict = {"states_file": str(states_path), "states": len(states), "states_sender": header.get("sender"),
                      "judge": judge_name, "judge_settings": judge_settings(recipe), "temperature": temperature, "seed": recipe.seed,
                      "senders": {}, "paired": []}
-    # One sampling call per sender (its seeded draws do not depend on how the states are split),
-    # so the bar moves a sender at a time and shows each finished sender's rate.
+    # One sampling call per sender, as before: splitting the states could change its seeded
+    # draws. So the bar moves a sender at a time and prints each finished sender's rate.
     bar = tqdm(names, desc=f"repair benchmark ({len(states)} states)", unit="sender")
     for name in bar:
         bar.set_postfix_str(f"{name}: turn 2")

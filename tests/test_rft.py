@@ -75,6 +75,88 @@ def test_a_wrong_rft_key_is_one_line(tmp_path):
         load_recipe(ROOT / "recipes/rft.toml", ["rft.samples_per_stat=4"])
 
 
+# --- rehearsal: the start's SFT chats beside the kept pairs ---------------------------------------
+
+
+class RecordingPolicy:
+    """Tokenizes by character and records every cross-entropy batch."""
+
+    def __init__(self):
+        self.batches = []
+
+    def encode_prompt(self, messages):
+        return [ord(c) for m in messages for c in m["content"]]
+
+    def encode_completion(self, text):
+        return [ord(c) for c in text] + [0]
+
+    def forward_backward(self, batch, loss):
+        from types import SimpleNamespace
+
+        assert loss == "cross_entropy"
+        self.batches.append(batch)
+        return SimpleNamespace(loss=1.0)
+
+    def optim_step(self, params):
+        return {}
+
+
+def chat(i):
+    return [{"role": "user", "content": f"m{i}"}, {"role": "assistant", "content": f"a{i}"}]
+
+
+def test_rehearsal_puts_the_start_chats_beside_the_kept_pairs_in_every_step():
+    from emojikit.api.policy import Sample
+    from emojikit.training.rft import train_kept
+
+    kept = [Candidate(i, Sample([1, 2], [3 + i, 0], [0.0, 0.0], "x"), "x", True, 1.0, True, 1.0) for i in range(3)]
+    chats = [chat(i) for i in range(5)]
+    s = RFTSettings(rehearsal=2, batch_size=3, sft_steps=3)
+    policy = RecordingPolicy()
+    rows = [train_kept(policy, kept, s, seed=0, round_index=r, rehearsal=chats) for r in range(2)]
+    assert [row["rehearsal_chats"] for row in rows] == [6, 6]
+    replayed = []
+    for batch in policy.batches:
+        assert len(batch) == 3 + 2
+        assert sorted(d.target_tokens[-1] for d in batch[:3]) == [0, 0, 0] and {d.model_input[:2] == [1, 2] for d in batch[:3]} == {True}
+        for d in batch[3:]:
+            text = "".join(chr(t) for t, w in zip(d.target_tokens, d.weights) if w and t)
+            assert text.startswith("a")  # the loss falls on the chat's answer only
+            replayed.append(int(text[1:]))
+    # Twelve replayed chats walk the file in epochs laid end to end, across rounds: every chat twice.
+    assert sorted(replayed[:10]) == sorted(list(range(5)) * 2)
+    # Without rehearsal a step holds the kept pairs only.
+    policy = RecordingPolicy()
+    assert "rehearsal_chats" not in train_kept(policy, kept, RFTSettings(batch_size=3, sft_steps=1), 0, 0, chats)
+    assert [len(b) for b in policy.batches] == [3]
+
+
+def test_rehearsal_reads_the_start_sft_train_file_or_says_what_is_missing(tmp_path):
+    from recipe_texts import jsonl
+
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.training.rft import rehearsal_chats
+
+    train_file = tmp_path / "sft_train.jsonl"
+    train_file.write_text(jsonl({"messages": chat(i)} for i in range(4)), encoding="utf-8")
+    checkpoint = tmp_path / "sft/checkpoints/step_5"
+    checkpoint.mkdir(parents=True)
+    (tmp_path / "sft/recipe.toml").write_text(f'kind = "sft"\n[sft]\ntrain_file = {json.dumps(str(train_file))}\n', encoding="utf-8")
+    recipe = load_recipe(ROOT / "recipes/rft.toml", ["rft.rehearsal=4"])
+    s = recipe.settings["rft"]
+    assert rehearsal_chats(recipe, s, str(checkpoint)) == [chat(i) for i in range(4)]
+    assert rehearsal_chats(recipe, s.model_copy(update={"rehearsal": 0}), None) == []
+    with pytest.raises(ConfigError, match=r"rft\.toml: \[rft\] rehearsal = 4 .*rehearsal_file"):
+        rehearsal_chats(recipe, s, None)
+    other = tmp_path / "other.jsonl"
+    other.write_text(jsonl({"messages": chat(i)} for i in range(7, 9)), encoding="utf-8")
+    named = load_recipe(ROOT / "recipes/rft.toml", ["rft.rehearsal=4", f"rft.rehearsal_file={json.dumps(str(other))}"])
+    assert rehearsal_chats(named, named.settings["rft"], str(checkpoint)) == [chat(7), chat(8)]  # the named file wins
+    other.write_text(jsonl({"messages": chat(1)} for _ in range(1)) + '{"messages": [{"role": "user", "content": "no answer"}]}\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"\[rft\].*rehearsal_file.*other\.jsonl:2"):
+        load_recipe(ROOT / "recipes/rft.toml", ["rft.rehearsal=4", f"rft.rehearsal_file={json.dumps(str(other))}"])
+
+
 # --- end to end on the local backend ----------------------------------------------------------------
 
 

@@ -66,6 +66,11 @@ class RFTSettings(ConfigModel):
     sft_steps: int = Field(8, ge=0, description="Cross-entropy optimizer steps per round on the round's kept pairs.")
     batch_size: int = Field(16, ge=1, description="Kept pairs per cross-entropy step (drawn in turn, an epoch a permutation).")
     learning_rate: float = Field(1e-4, gt=0, description="Adam learning rate of the cross-entropy steps.")
+    rehearsal: int = Field(
+        0, ge=0, description="Chats the start was trained on (first-turn teacher pairs) added to each cross-entropy step beside the kept pairs, "
+        "so that training the repair turn does not pull the first turn away from where SFT left it (0: none)."
+    )
+    rehearsal_file: Optional[Path] = Field(None, description="Chat-format JSONL the rehearsal draws from; default: the train_file of the SFT run that made the start checkpoint.")
     state_temperature: float = Field(0.3, gt=0, description="Repair: the temperature at which the start checkpoint plays turn 1 to make the training states (the held-out game's).")
     start_from: str = Field(
         "auto", description='A recipe whose run gives the start checkpoint (e.g. recipes/sft.toml; emojikit run runs it first when missing or stale), '
@@ -91,6 +96,17 @@ class RFTSettings(ConfigModel):
         if self.teacher and self.states != "repair":
             raise ValueError('teacher needs states = "repair" (on the first turn the SFT data already holds the teacher\'s answers)')
         return self
+
+    @field_validator("rehearsal_file")
+    @classmethod
+    def _chats(cls, path: Optional[Path]) -> Optional[Path]:
+        if path is not None:
+            from emojikit.training.sft import load_chats
+
+            if not path.is_file():
+                raise ValueError(f"file not found: {path}")
+            load_chats(path)  # a bad line fails here, naming file:line
+        return path
 
     @field_validator("start_from")
     @classmethod
@@ -210,10 +226,26 @@ def teacher_repair_candidates(policy, decoder, judge, reward, teacher_answers, s
 # --- cross-entropy on the kept pairs --------------------------------------------------------------
 
 
-def train_kept(policy, kept: list[Candidate], s: RFTSettings, seed: int, round_index: int) -> dict:
-    """sft_steps cross-entropy steps over the kept pairs (the answer's tokens carry the loss, as sampled)."""
+def rehearsal_chats(recipe, s: RFTSettings, start: Optional[str]) -> list[list[dict]]:
+    """The chats replayed beside the kept pairs: rehearsal_file, else the start's SFT train_file."""
+    from emojikit.api.errors import ConfigError
+    from emojikit.training.sft import load_chats
+    from emojikit.training.targets import sft_train_file
+
+    if not s.rehearsal:
+        return []
+    path = s.rehearsal_file or sft_train_file(start)
+    if path is None:
+        raise ConfigError(f"{recipe.path}: [rft] rehearsal = {s.rehearsal} replays the chats the start was trained on, and start {start or 'base'} "
+                          "is not an SFT run's checkpoint: set [rft] rehearsal_file")
+    return load_chats(path)
+
+
+def train_kept(policy, kept: list[Candidate], s: RFTSettings, seed: int, round_index: int, rehearsal: list[list[dict]] = ()) -> dict:
+    """sft_steps cross-entropy steps over the kept pairs (the answer's tokens carry the loss, as
+    sampled), each with s.rehearsal chats of `rehearsal` beside them (epochs laid end to end across rounds)."""
     from emojikit.api.policy import AdamParams, Datum
-    from emojikit.training.sft import batch_indices
+    from emojikit.training.sft import batch_indices, chat_datum
 
     if not kept or not s.sft_steps:
         return {}
@@ -221,12 +253,17 @@ def train_kept(policy, kept: list[Candidate], s: RFTSettings, seed: int, round_i
     losses, norms = [], []
     for step in range(s.sft_steps):
         batch = [datums[i] for i in batch_indices(len(datums), s.batch_size, step, seed * 1_000 + round_index)]
+        if rehearsal and s.rehearsal:
+            replayed = batch_indices(len(rehearsal), s.rehearsal, round_index * s.sft_steps + step, seed)
+            batch += [chat_datum(policy, rehearsal[i]) for i in replayed]
         out = policy.forward_backward(batch, "cross_entropy")
         optim = policy.optim_step(AdamParams(learning_rate=s.learning_rate))
         losses.append(out.loss)
         if "grad_norm" in optim:
             norms.append(optim["grad_norm"])
     row = {"loss": statistics.fmean(losses), "loss_first": losses[0], "loss_last": losses[-1], "sft_steps": len(losses)}
+    if rehearsal and s.rehearsal:
+        row["rehearsal_chats"] = s.rehearsal * len(losses)
     if norms:
         row["grad_norm"] = statistics.fmean(norms)
     return row
@@ -269,6 +306,7 @@ def run(recipe, run_dir) -> None:
 
     start_ref = resolve_start(s)
     seen = sft_seen(start_ref)  # messages whose teacher answers trained the start never train here
+    rehearsal = rehearsal_chats(recipe, s, start_ref)
     heldout, train_targets = split_targets(recipe, s, run_dir, seen)
     backend = recipe.components["backend"]
     if start_ref is not None and "init_from" in type(backend.config).model_fields:
@@ -332,7 +370,7 @@ def run(recipe, run_dir) -> None:
                 row.update(teacher_row)
             if baselines is not None:
                 row["repeat_reward_mean"] = statistics.fmean(b for b in baselines if b != float("inf")) if any(b != float("inf") for b in baselines) else 0.0
-            row.update(train_kept(policy, kept, s, recipe.seed, round_index))
+            row.update(train_kept(policy, kept, s, recipe.seed, round_index, rehearsal))
             row["round_seconds"] = time.time() - t0
             for c in kept[: s.log_kept]:
                 run_dir.log(KEPT_FILE, {"step": done, "target": targets[c.state], "answer": c.text, "reward": round(c.reward, 4), "similarity": round(c.similarity, 4),

@@ -73,30 +73,40 @@ def draw_count(g, n_heldout: int) -> int:
     return (g.target_pool + n_heldout) * (3 if g.target_max_words is not None else 1)
 
 
-def sft_seen(start: Optional[str]) -> frozenset[str]:
-    """The messages whose teacher answers trained the start checkpoint: the user turns of its
-    SFT run's train_file (runs/x/checkpoints/step_N -> runs/x/recipe.toml, kind = "sft"). Empty
-    for base, a remote checkpoint or a run that is not an SFT run. GRPO's training targets skip
-    them, so RL is measured on messages imitation never labelled (the generated source's seed-0
-    stream is the one the data recipe labelled)."""
+def sft_train_file(start: Optional[str]) -> Optional[Path]:
+    """The train_file of the SFT run that made the start checkpoint (runs/x/checkpoints/step_N ->
+    runs/x/recipe.toml, kind = "sft"); None for base, a remote checkpoint or a run that is not an
+    SFT run. A train_file that is gone is an error: what it held cannot be told any more."""
     from emojikit.api.errors import InputFileError
     from emojikit.composition.recipe import read_toml
-    from emojikit.support.io import read_jsonl
 
     if start is None or "://" in start:
-        return frozenset()
+        return None
     recipe_toml = Path(start).parent.parent / "recipe.toml"
     if not recipe_toml.is_file():
-        return frozenset()
+        return None
     data = read_toml(recipe_toml)
     if data.get("kind") != "sft":
-        return frozenset()
+        return None
     from emojikit.training.sft import SFTSettings
 
     train_file = Path(data.get("sft", {}).get("train_file", SFTSettings.model_fields["train_file"].default))
     if not train_file.is_file():
-        raise InputFileError(f"{recipe_toml}: [sft] train_file {train_file} is gone, so GRPO cannot leave out the messages the start "
+        raise InputFileError(f"{recipe_toml}: [sft] train_file {train_file} is gone, so RL cannot tell which messages (and answers) the start "
                              "checkpoint was trained on; remake it (emojikit run recipes/data.toml) or start from another checkpoint")
+    return train_file
+
+
+def sft_seen(start: Optional[str]) -> frozenset[str]:
+    """The messages whose teacher answers trained the start checkpoint: the user turns of its
+    SFT run's train_file (sft_train_file). Empty when the start has none. GRPO's and RFT's
+    training targets skip them, so RL is measured on messages imitation never labelled (the
+    generated source's seed-0 stream is the one the data recipe labelled)."""
+    from emojikit.support.io import read_jsonl
+
+    train_file = sft_train_file(start)
+    if train_file is None:
+        return frozenset()
     seen = set()
     for row in read_jsonl(train_file):
         seen.update(m.get("content", "").strip() for m in row.get("messages", []) if m.get("role") == "user")

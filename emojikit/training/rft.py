@@ -100,13 +100,9 @@ class RFTSettings(ConfigModel):
     @field_validator("rehearsal_file")
     @classmethod
     def _chats(cls, path: Optional[Path]) -> Optional[Path]:
-        if path is not None:
-            from emojikit.training.sft import load_chats
+        from emojikit.training.sft import SFTSettings
 
-            if not path.is_file():
-                raise ValueError(f"file not found: {path}")
-            load_chats(path)  # a bad line fails here, naming file:line
-        return path
+        return path if path is None else SFTSettings._exists(path)  # a missing file or bad line fails here, naming file:line
 
     @field_validator("start_from")
     @classmethod
@@ -250,10 +246,11 @@ def train_kept(policy, kept: list[Candidate], s: RFTSettings, seed: int, round_i
     if not kept or not s.sft_steps:
         return {}
     datums = [Datum.from_sample(c.sample) for c in kept]
+    rehearse = bool(rehearsal) and s.rehearsal > 0
     losses, norms = [], []
     for step in range(s.sft_steps):
         batch = [datums[i] for i in batch_indices(len(datums), s.batch_size, step, seed * 1_000 + round_index)]
-        if rehearsal and s.rehearsal:
+        if rehearse:
             replayed = batch_indices(len(rehearsal), s.rehearsal, round_index * s.sft_steps + step, seed)
             batch += [chat_datum(policy, rehearsal[i]) for i in replayed]
         out = policy.forward_backward(batch, "cross_entropy")
@@ -262,7 +259,7 @@ def train_kept(policy, kept: list[Candidate], s: RFTSettings, seed: int, round_i
         if "grad_norm" in optim:
             norms.append(optim["grad_norm"])
     row = {"loss": statistics.fmean(losses), "loss_first": losses[0], "loss_last": losses[-1], "sft_steps": len(losses)}
-    if rehearsal and s.rehearsal:
+    if rehearse:
         row["rehearsal_chats"] = s.rehearsal * len(losses)
     if norms:
         row["grad_norm"] = statistics.fmean(norms)

@@ -178,3 +178,28 @@ def test_no_row_of_the_heldout_file_trains_also_past_eval_targets(tmp_path):
     heldout, train = split_targets(recipe, recipe.settings["grpo"], RunDir(tmp_path / "run"))
     assert [m.text for m in heldout] == texts[:2]  # the first eval_targets rows are played
     assert [m.text for m in train] == texts[4:]  # rows 3-4 are not played, and do not train either
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rft"])
+def test_no_row_of_exclude_files_trains_and_a_missing_one_is_named(tmp_path, kind):
+    from emojikit.api.errors import InputFileError
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.stages.runs import RunDir
+    from emojikit.training.targets import split_targets
+    from recipe_texts import GRPO_COMPONENTS, jsonl
+
+    texts = [f"message number {i}" for i in range(10)]
+    (tmp_path / "source.jsonl").write_text(jsonl({"text": t} for t in texts), encoding="utf-8")
+    (tmp_path / "heldout.jsonl").write_text(jsonl({"text": t} for t in texts[:2]), encoding="utf-8")
+    (tmp_path / "other.jsonl").write_text(jsonl({"text": t} for t in [texts[5], texts[7]]), encoding="utf-8")
+    components = GRPO_COMPONENTS.replace('use = "generated"', f'use = "jsonl"\npath = {json.dumps(str(tmp_path / "source.jsonl"))}')
+    table = f'[{kind}]\nstart_from = "base"\neval_targets = 2\ntarget_pool = 10\nheldout_file = {json.dumps(str(tmp_path / "heldout.jsonl"))}\n'
+    (tmp_path / "run.toml").write_text(f'kind = "{kind}"\n' + components + table + f'exclude_files = [{json.dumps(str(tmp_path / "other.jsonl"))}]\n', encoding="utf-8")
+    recipe = load_recipe(tmp_path / "run.toml")
+    heldout, train = split_targets(recipe, recipe.settings[kind], RunDir(tmp_path / "run"))
+    assert [m.text for m in heldout] == texts[:2]
+    assert [m.text for m in train] == [texts[i] for i in (2, 3, 4, 6, 8, 9)]  # neither the held-out rows nor the excluded ones
+
+    (tmp_path / "other.jsonl").unlink()
+    with pytest.raises(InputFileError, match=rf"\[{kind}\] exclude_files: .*other.jsonl does not exist"):
+        split_targets(recipe, recipe.settings[kind], RunDir(tmp_path / "run2"))

@@ -94,6 +94,10 @@ class GRPOSettings(ConfigModel):
         [], description="More held-out sets (e.g. recipes/targets/real-texts.jsonl, messages people wrote): the comparison "
         "plays every row of each beside the heldout_file's targets; none of their rows trains."
     )
+    exclude_files: list[Path] = Field(
+        [], description="More held-out sets whose rows never train (nor make a training state), beside heldout_file: sets played by "
+        "another command, e.g. recipes/targets/heldout.jsonl for `emojikit eval --targets` when heldout_file holds other messages."
+    )
     compare_rows: int = Field(
         0, ge=0, description="Rows of each compare_files set the comparison plays: the first N (0: every row). Every row stays in the "
         "judge's candidate pool, so a played target is as hard to find as in the full game; fewer rows only widen the interval."

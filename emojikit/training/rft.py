@@ -81,6 +81,10 @@ class RFTSettings(ConfigModel):
         None, description="Held-out targets (JSONL with a text field, or one per line): none of its rows trains or makes a training state; "
         "the first eval_targets are played; default: the first eval_targets of the prompt source."
     )
+    exclude_files: list[Path] = Field(
+        [], description="More held-out sets whose rows never train (nor make a training state), beside heldout_file: sets played by "
+        "another command, e.g. recipes/targets/heldout.jsonl for `emojikit eval --targets` when heldout_file holds other messages."
+    )
     target_pool: int = Field(400, ge=1, description="Training targets drawn from the prompt source (none held out, none whose teacher answer the start's SFT saw).")
     target_max_words: Optional[int] = Field(None, ge=1, description="Train only on targets of at most this many words.")
     eval_targets: int = Field(32, ge=0, description="Held-out targets played (the recipe's game) before, after and every eval_every rounds.")

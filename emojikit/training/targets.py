@@ -22,7 +22,7 @@ def split_targets(recipe, g, run_dir, seen: frozenset[str] = frozenset()) -> tup
     from emojikit.api.errors import ConfigError, InputFileError
 
     source = recipe.build("prompts", run_dir.path)
-    seen = seen | compared_texts(recipe, g)  # the comparison's extra held-out sets never train either
+    seen = seen | excluded_texts(recipe, g)  # the other held-out sets never train either
     if g.heldout_file is not None:
         from emojikit.evaluation.evaluate import read_targets
 
@@ -48,16 +48,18 @@ def table_of(g) -> str:
     return getattr(g, "table_name", "grpo")
 
 
-def compared_texts(recipe, g) -> frozenset[str]:
-    """Every row of [grpo] compare_files (held-out sets the comparison plays in full)."""
+def excluded_texts(recipe, g) -> frozenset[str]:
+    """Every row of the held-out sets besides heldout_file: [grpo] compare_files (the comparison
+    plays them) and exclude_files (sets another command plays, e.g. `emojikit eval --targets`)."""
     from emojikit.api.errors import InputFileError
     from emojikit.evaluation.evaluate import read_targets
 
     texts: set[str] = set()
-    for path in getattr(g, "compare_files", []):
-        if not Path(path).is_file():
-            raise InputFileError(f"{recipe.path}: [grpo] compare_files: {path} does not exist")
-        texts.update(m.text for m in read_targets(Path(path)))
+    for key in ("compare_files", "exclude_files"):
+        for path in getattr(g, key, []):
+            if not Path(path).is_file():
+                raise InputFileError(f"{recipe.path}: [{table_of(g)}] {key}: {path} does not exist")
+            texts.update(m.text for m in read_targets(Path(path)))
     return frozenset(texts)
 
 

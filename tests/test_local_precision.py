@@ -33,6 +33,51 @@ def test_float32_stays_the_default_and_uncorrected():
     assert all(p.dtype == torch.float32 for p in policy.model.parameters())
 
 
+def test_auto_dtype_reads_the_cpu_features(tmp_path):
+    from emojikit_local.hardware import bfloat16_matmul_problem, compute_dtype, cpu_features
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx avx2 fma\n\nprocessor\t: 1\nflags\t\t: other\n")
+    assert cpu_features(cpuinfo) == {"fpu", "sse4_2", "avx", "avx2", "fma"}  # the first CPU's line
+    assert cpu_features(tmp_path / "missing") is None
+    assert "avx2 at most" in bfloat16_matmul_problem("cpu", {"avx2", "fma"})
+    assert compute_dtype("auto", "cpu", {"avx2", "fma"}) == "float32"
+    assert compute_dtype("auto", "cpu", {"avx2", "avx512f", "avx512_bf16"}) == "bfloat16"
+    assert compute_dtype("auto", "cpu", {"amx_bf16"}) == "bfloat16"
+    assert compute_dtype("auto", "cpu", {"asimd", "bf16"}) == "bfloat16"  # aarch64 with the BF16 extension
+    assert compute_dtype("auto", "cpu", set()) == "float32"
+    assert compute_dtype("auto", "mps", {"avx512_bf16"}) == "float32"  # speed unknown there: the safe choice
+    assert compute_dtype("float32", "cpu", {"avx512_bf16"}) == "float32"
+
+
+def test_explicit_bfloat16_is_kept_on_a_cpu_without_bf16_units_with_one_warning(capsys):
+    from emojikit_local import hardware
+
+    hardware._warned.clear()
+    assert hardware.compute_dtype("bfloat16", "cpu", {"avx2"}) == "bfloat16"
+    assert hardware.compute_dtype("bfloat16", "cpu", {"avx2"}) == "bfloat16"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("emojikit: warning: backend dtype = \"bfloat16\" on cpu") and "avx2" in err[0]
+    assert hardware.compute_dtype("bfloat16", "cpu", {"avx512_bf16"}) == "bfloat16"
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("features, computes", [({"avx2"}, "float32"), ({"avx512f", "avx512_bf16"}, "bfloat16")])
+def test_auto_dtype_policy_computes_in_what_the_machine_multiplies_fastest(monkeypatch, tmp_path, features, computes):
+    import json
+
+    from emojikit_local import hardware
+
+    monkeypatch.setattr(hardware, "cpu_features", lambda: features)
+    policy = tiny_policy(dtype="auto")
+    assert policy.dtype == computes
+    bases = [m.get_base_layer() for m in policy.model.modules() if hasattr(m, "get_base_layer") and m is not m.get_base_layer()]
+    assert {b.weight.dtype for b in bases} == {getattr(torch, computes)}
+    assert (policy.merged_sampling is not None) == (computes == "bfloat16") and (policy.correction is not None) == (computes == "bfloat16")
+    saved = policy.save(str(tmp_path / "step0"))
+    assert json.loads((tmp_path / "step0" / "trainer_state.json").read_text())["compute_dtype"] == computes and saved
+
+
 def test_bfloat16_logprobs_are_close_to_float32_and_train_fp32_state():
     exact, fast = tiny_policy(), tiny_policy(dtype="bfloat16")
     same_adapters(exact, fast)

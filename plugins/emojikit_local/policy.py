@@ -20,6 +20,7 @@ from emojikit.api.policy import AdamParams, ChatMessages, Datum, LossOutput, Sam
 from emojikit_local import checkpoint
 from emojikit_local.allocator import keep_freed_memory
 from emojikit_local.config import LocalConfig
+from emojikit_local.hardware import compute_dtype
 from emojikit_local.losses import LOSSES, loss_sum
 from emojikit_local.precision import SamplerCorrection, bfloat16_compute
 from emojikit_local.sampling import decode_batch
@@ -63,7 +64,9 @@ class LocalPolicy:
         from peft import LoraConfig, PeftModel, get_peft_model
 
         keep_freed_memory()  # every step reuses its activations' memory instead of faulting it in again
-        if config.dtype == "bfloat16":
+        # What the run computes in: dtype = "auto" resolved for this device (hardware.py).
+        self.dtype = compute_dtype(config.dtype, str(next(model.parameters()).device))
+        if self.dtype == "bfloat16":
             model = model.float()  # fp32 weights where they are kept; bfloat16_compute casts the rest
         self.config = config
         self.tokenizer = tokenizer
@@ -84,10 +87,10 @@ class LocalPolicy:
                 task_type="CAUSAL_LM",
             )
             self.model = get_peft_model(model, lora, adapter_name=TRAINED)
-        if config.base_matmul_dtype == "bfloat16" and config.dtype == "float32":
+        if self.dtype == "float32" and compute_dtype(config.base_matmul_dtype, str(self.device), key="base_matmul_dtype") == "bfloat16":
             lower_base_projections(self.model, torch.bfloat16)
-        self.merged_sampling = bfloat16_compute(self.model) if config.dtype == "bfloat16" else None
-        corrected = config.sampler_correction == "truncated_is" or (config.sampler_correction == "auto" and config.dtype == "bfloat16")
+        self.merged_sampling = bfloat16_compute(self.model) if self.dtype == "bfloat16" else None
+        corrected = config.sampler_correction == "truncated_is" or (config.sampler_correction == "auto" and self.dtype == "bfloat16")
         self.correction = SamplerCorrection(config.truncated_is_cap) if corrected else None
         self.model.eval()
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -324,7 +327,7 @@ class LocalPolicy:
                 if (error := checkpoint.as_os_error(exc, tmp / checkpoint.ADAPTER_FILE)) is exc:
                     raise
                 raise error from None
-            state = {"step": self.step, "model": self._model_ref, "decode_budget": self.last_sample_budget}
+            state = {"step": self.step, "model": self._model_ref, "decode_budget": self.last_sample_budget, "compute_dtype": self.dtype}
             (tmp / checkpoint.STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
             checkpoint.save_torch(self.generator.get_state(), tmp / checkpoint.RNG_FILE)
             if with_optimizer and self.optimizer is not None:

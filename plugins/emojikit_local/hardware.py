@@ -53,9 +53,10 @@ def bfloat16_matmul_problem(device: str, features: Optional[set[str]] = None) ->
 
 
 def compute_dtype(setting: str, device: str, features: Optional[set[str]] = None, key: str = "dtype") -> str:
-    """The dtype the backend setting `key` (`dtype`, `base_matmul_dtype`) computes in on `device`: "auto" is bfloat16 where the device
-    multiplies it natively, else float32. An explicit "bfloat16" where it does not is kept, with
-    a warning (once per process): it is correct there, only several times slower."""
+    """The dtype the backend setting `key` (`dtype`, `base_matmul_dtype`) computes in on `device`:
+    "auto" is bfloat16 where the device multiplies it natively, else float32. An explicit
+    "bfloat16" where it does not is kept, with a warning (once per process): it is correct there,
+    only several times slower."""
     if setting == "float32":
         return setting
     problem = bfloat16_matmul_problem(device, features)

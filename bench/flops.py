@@ -284,7 +284,7 @@ def main() -> None:
     if args.dtypes is None:
         from emojikit_local.hardware import compute_dtype
 
-        args.dtypes = sorted({"float32", compute_dtype("auto", "cpu")}, reverse=True)  # float32 first
+        args.dtypes = ["float32"] + (["bfloat16"] if compute_dtype("auto", "cpu") == "bfloat16" else [])
     result = run(args)
     if print_header(result, args.json):
         return

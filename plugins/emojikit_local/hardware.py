@@ -15,8 +15,7 @@ from typing import Optional
 
 # x86: AVX512-BF16 (Cooper Lake, Zen 4 and later) or AMX (Sapphire Rapids and later); aarch64
 # Linux names the Armv8.6 BF16 extension "bf16".
-_X86_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-_ARM_BF16_FEATURES = ("bf16",)
+_BF16_FEATURES = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 _warned: set[tuple[str, str]] = set()
 
 
@@ -46,7 +45,7 @@ def bfloat16_matmul_problem(device: str, features: Optional[set[str]] = None) ->
     features = cpu_features() if features is None else features
     if features is None:
         return f"this CPU's features could not be read ({platform.machine() or 'unknown'} on {sys.platform})"
-    if features & set(_X86_BF16_FLAGS + _ARM_BF16_FEATURES):
+    if features & _BF16_FEATURES:
         return None
     widest = next((f for f in ("avx512f", "avx2", "avx", "sse4_2", "asimd") if f in features), None)
     return f"this CPU has no bfloat16 matmul units (no avx512_bf16 or amx_bf16{', ' + widest + ' at most' if widest else ''})"

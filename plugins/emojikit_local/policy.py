@@ -64,13 +64,13 @@ class LocalPolicy:
         from peft import LoraConfig, PeftModel, get_peft_model
 
         keep_freed_memory()  # every step reuses its activations' memory instead of faulting it in again
+        self.device = next(model.parameters()).device
         # What the run computes in: dtype = "auto" resolved for this device (hardware.py).
-        self.dtype = compute_dtype(config.dtype, str(next(model.parameters()).device))
+        self.dtype = compute_dtype(config.dtype, str(self.device))
         if self.dtype == "bfloat16":
             model = model.float()  # fp32 weights where they are kept; bfloat16_compute casts the rest
         self.config = config
         self.tokenizer = tokenizer
-        self.device = next(model.parameters()).device
         self.seed = config.seed if config.seed is not None else seed
         torch.manual_seed(self.seed)  # LoRA A matrices are randomly initialised
         if config.init_from is not None:

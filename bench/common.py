@@ -39,7 +39,10 @@ def machine() -> dict:
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
-    return {"nproc": os.cpu_count(), "cpu": model, "load_avg_1m": round(os.getloadavg()[0], 2)}
+    from emojikit_local.hardware import cpu_kind
+
+    # The kind (AMX, AVX512-BF16, AVX2, ...) is what a figure moves with: say it beside every figure.
+    return {"nproc": os.cpu_count(), "cpu": model, "cpu_kind": cpu_kind(), "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
 def peak_rss_mb() -> float:

@@ -68,7 +68,7 @@ def run_trl(args) -> list[dict]:
 
     from emojikit.support.bundled import SMOLLM2
     from emojikit.play.game import GameSettings, sender_prompt
-    from emojikit.training.targets import split_targets
+    from emojikit.play.targets import split_targets
     from emojikit.training.sft import batch_indices
     from emojikit_local.config import LocalConfig
     from emojikit_local.loading import clear_quantization_markers, load_model_and_tokenizer

@@ -234,6 +234,34 @@ def test_data_recipe_small_count_produces_valid_files(tmp_path):
     assert 0 < stats["test_literal_similarity"] < 1 and stats["test_distinct_emoji_per_100"] > 0
 
 
+def test_a_count_over_a_small_sources_size_uses_every_message_with_a_note(tmp_path):
+    """[data] count (25,000 by default) over a 3-message file is no error: the run makes 3 pairs and says so."""
+    f = tmp_path / "mine.jsonl"
+    texts = ["Running late, the bus broke down again", "We got the keys to our new flat!", "Happy birthday, have the best day"]
+    f.write_text("".join(json.dumps({"text": t}) + "\n" for t in [*texts, texts[0]]), encoding="utf-8")  # a repeated line is one message
+    recipe = _data_recipe(tmp_path, f'use = "jsonl"\npath = "{f}"', "test_fraction = 0.0")
+    note = "data: the jsonl prompt source has 3 messages; making 3 pairs, not 25,000"
+    checked = CliRunner().invoke(cli, ["validate", str(recipe)])
+    assert checked.exit_code == 0 and note in checked.output.splitlines(), checked.output
+    result = CliRunner().invoke(cli, ["run", str(recipe)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count(note) == 1, result.output
+    train = [json.loads(l) for l in (tmp_path / "run" / "sft_train.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert sorted(row["messages"][1]["content"] for row in train) == sorted(texts)
+    assert all(emojis.is_emoji_only(row["messages"][2]["content"], 2, 8) for row in train)
+    stats = json.loads((tmp_path / "run" / "data_stats.json").read_text(encoding="utf-8"))
+    assert stats["sft_messages"] == 3 and stats["sft_train"] == 3 and stats["rl_heldout"] == 0
+
+
+def test_a_small_source_holds_out_its_share_of_rl_targets():
+    from emojikit.training.data import DataSettings, shrunk_counts
+
+    assert shrunk_counts(DataSettings(), 3) == (3, 0)
+    assert shrunk_counts(DataSettings(), 500) == (450, 50)  # rl_heldout_fraction of the messages
+    assert shrunk_counts(DataSettings(), 20_000) == (19_800, 200)  # at most rl_count x rl_heldout_fraction
+    assert shrunk_counts(DataSettings(rl_count=0), 500) == (500, 0)
+
+
 def test_filter_without_game_tables_is_a_clear_config_error(tmp_path):
     recipe = _data_recipe(tmp_path, 'use = "generated"', "count = 10\nfilter_threshold = 0.5")
     result = CliRunner().invoke(cli, ["run", str(recipe)])

@@ -176,6 +176,23 @@ def test_model_card_has_hub_metadata_method_format_recipe_and_no_secret(merged, 
     assert "supervised fine-tuning" in card and DEFAULT_FORMAT.system_prompt in card and "2-8 emoji" in card
     assert "## Resolved recipe" in card and 'base_matmul_dtype = "bfloat16"' in card
     assert "## Intended use and limits" in card
+    # the usage code loads the folder the user exported to, not a placeholder
+    assert 'AutoTokenizer.from_pretrained("my-sender")' in card and "vllm serve my-sender" in card and '"OUT"' not in card
+
+
+def test_card_usage_code_names_the_export_folder(workdir):
+    from emojikit.export.card import model_card
+
+    sender = senders.resolve(str(workdir / "runs/sft"))
+    info = {"base_model": "HuggingFaceTB/SmolLM2-135M-Instruct", "dtype": "float32"}
+    merged = model_card(sender, info, merged=True, out=Path("exported/emoji-sender"))
+    assert 'AutoModelForCausalLM.from_pretrained("exported/emoji-sender")' in merged and "vllm serve exported/emoji-sender" in merged
+    adapter = model_card(sender, info, merged=False, out=Path("exported/emoji-adapter"))
+    assert 'AutoPeftModelForCausalLM.from_pretrained("exported/emoji-adapter")' in adapter and "emoji=exported/emoji-adapter" in adapter
+    for card in (merged, adapter):
+        assert "OUT" not in card.split("## Model")[0]
+    pushed = model_card(sender, info, merged=True, repo_id="me/emoji-sender", out=Path("exported/emoji-sender"))
+    assert 'from_pretrained("me/emoji-sender")' in pushed  # after --push the snippets name the repository
 
 
 def test_card_scrubs_a_key_in_the_environment(workdir, tmp_path, monkeypatch):
@@ -222,6 +239,7 @@ def test_adapter_export_names_a_loadable_base_and_loads_with_peft(workdir, adapt
     assert not (adapter / "trainer_state.json").exists() and not (adapter / "rng.pt").exists()
     card = (adapter / "README.md").read_text()
     assert "library_name: peft" in card and "base_model_relation: adapter" in card and "--enable-lora" in card
+    assert 'AutoPeftModelForCausalLM.from_pretrained("my-adapter")' in card and "emoji=my-adapter" in card
     # The Hub id is not in this offline cache: load the adapter onto the bundled base, as the card says.
     model = PeftModel.from_pretrained(load_model(SMOLLM2, device="cpu"), str(adapter)).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(adapter))

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from emojikit.ui.cli import cli
 from emojikit.api.components import Message
-from emojikit.evaluation.evaluate import TeacherSender
 from emojikit.play.game import GameSettings
+from emojikit.play.teacher_sender import TeacherSender
 from emojikit.training.grpo import GRPOSettings, play_groups
 from emojikit.training.guidance import GuidedSender
 from emojikit.api.policy import Sample, SamplingParams

@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from emojikit.ui.cli import cli
 from emojikit.api.components import Episode, EpisodeTurn, JudgeView, Message
-from emojikit.evaluation.evaluate import TeacherSender, read_targets
 from emojikit.play.game import GameSettings, play, sender_prompt
+from emojikit.play.targets import read_targets
+from emojikit.play.teacher_sender import TeacherSender
 from emojikit.training.grpo import GRPOSettings, Group, drop_failed, group_advantages, group_datums, split_groups, turn_advantages
 from emojikit.api.policy import Sample
 

@@ -50,6 +50,21 @@ def test_auto_dtype_reads_the_cpu_features(tmp_path):
     assert compute_dtype("float32", "cpu", {"avx512_bf16"}) == "float32"
 
 
+@pytest.mark.parametrize("features, kind", [
+    ({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}, "AMX"),  # an Intel Xeon with AMX has AVX512-BF16 too
+    ({"avx2", "avx512f", "avx512_bf16"}, "AVX512-BF16"),
+    ({"avx2", "avx512f"}, "AVX512"),
+    ({"avx", "avx2", "fma"}, "AVX2"),
+    ({"asimd", "bf16"}, "Arm BF16"),
+    ({"asimd"}, "Arm"),
+    (set(), "unknown"),
+])
+def test_the_cpu_kind_every_bench_reports(features, kind):
+    from emojikit_local.hardware import cpu_kind
+
+    assert cpu_kind(features) == kind
+
+
 def test_explicit_bfloat16_is_kept_on_a_cpu_without_bf16_units_with_one_warning(capsys):
     from emojikit_local import hardware
 

@@ -9,7 +9,6 @@ copies in tmp_path. The last test kills a real `emojikit run` subprocess (kill -
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import signal
@@ -335,10 +334,11 @@ def test_the_comparison_names_base_sft_grpo_and_the_teacher(loops, tmp_path, mon
     recipe = load_recipe("grpo.toml", ["grpo.start_from=\"runs/sft/checkpoints/step_4\"", "grpo.eval_targets=3", "backend.init_from=\"runs/sft/checkpoints/step_4\""])
     with RunDir("runs/grpo", resume=True) as run_dir:
         table = comparison.write_comparison(recipe, run_dir, "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2")
-    teacher = ["teacher:lexicon"] if hasattr(importlib.import_module("emojikit.evaluation.evaluate"), "TEACHER_PREFIX") else []
-    assert played == {"checkpoints": ["base", "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2", *teacher], "targets": 3, "init_from": None}
-    rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| ") and "0.500" in line]
-    assert rows == ["| base", "| sft", "| grpo"] + (["| teacher (lexicon)"] if teacher else [])
+    assert played == {"checkpoints": ["base", "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2", "teacher:lexicon"], "targets": 3, "init_from": None}
+    summary, game = table.split("Held-out retrieval game", 1)
+    for part in (summary, game):
+        rows = [line.split(" | ")[0] for line in part.splitlines() if line.startswith("| ") and "0.500" in line]
+        assert rows == ["| base", "| sft", "| grpo", "| teacher (lexicon)"]
     assert "sft = runs/sft/checkpoints/step_4" in table
     for suffix in ("md", "json", "png"):
         assert (tmp_path / "runs/grpo" / f"comparison.{suffix}").stat().st_size > 0
@@ -347,8 +347,8 @@ def test_the_comparison_names_base_sft_grpo_and_the_teacher(loops, tmp_path, mon
 def test_the_comparison_plays_every_row_of_compare_files_without_base(loops, tmp_path, monkeypatch):
     from emojikit.composition.recipe import load_recipe
     from emojikit.evaluation import comparison
+    from emojikit.play.targets import split_targets
     from emojikit.stages.runs import RunDir
-    from emojikit.training.targets import split_targets
 
     run_main_job()
     Path("real.jsonl").write_text("".join(json.dumps({"text": f"I adopted kitten number {i}"}) + "\n" for i in range(5)))
@@ -395,6 +395,46 @@ def test_compare_rows_plays_the_first_rows_with_every_row_in_the_pool(loops, tmp
     assert "### real.jsonl (the first 2 of its 5 messages, all 5 in the judge's pool; base left out)" in table
     saved = json.loads((tmp_path / "runs/grpo/comparison.json").read_text())["compare_files"]["real.jsonl"]
     assert (saved["targets"], saved["pool_rows"]) == (2, 5)
+
+
+def test_the_comparison_plays_the_senders_under_readers_rl_did_not_train_against(loops, tmp_path, monkeypatch):
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.evaluation import comparison
+    from emojikit.stages.runs import RunDir
+
+    run_main_job()
+    Path("real.jsonl").write_text("".join(json.dumps({"text": f"I adopted kitten number {i}"}) + "\n" for i in range(5)))
+    plays = []
+
+    def fake_evaluate(recipe, settings, targets, out_dir, pool=(), **kwargs):
+        judge = recipe.components["judge"]
+        plays.append((judge.spec.name, judge.config.distractors, list(settings.checkpoints), len(targets)))
+        rate = {"keywords": 0.25, "retrieval": 0.5}[judge.spec.name]
+        entry = {"masked": {"success_rate": rate, "first_turn_success": rate / 2, "similarity": 0.6, "mean_turns": 1.5, "format_violations": 0.0, "distinct_emoji": 9}, "categories": {}}
+        return {"targets": len(targets), "seed": 0, "judge": judge.spec.name, "checkpoints": {c: entry for c in settings.checkpoints}}
+
+    monkeypatch.setattr("emojikit.evaluation.evaluate.evaluate_checkpoints", fake_evaluate)
+    recipe = load_recipe("grpo.toml", ["grpo.eval_targets=3", 'grpo.compare_files=["real.jsonl"]', 'judge={ use = "keywords", distractors = 7 }',
+                                       'grpo.compare_judges=["retrieval"]'])
+    with RunDir("runs/grpo", resume=True) as run_dir:
+        table = comparison.write_comparison(recipe, run_dir, "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2")
+    trained = ["base", "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2", "teacher:lexicon"]
+    assert plays == [("keywords", 7, trained, 3), ("keywords", 7, trained[1:], 5), ("retrieval", 7, trained[1:], 3), ("retrieval", 7, trained[1:], 5)]
+    summary = table.split("\n\n")[1].splitlines()
+    assert "**keywords** (trained): held-out" in summary[0] and "retrieval: real" in summary[0]
+    assert summary[2:] == ["| base | 0.250 (0.125) | - | - | - |", "| sft | 0.250 (0.125) | 0.250 (0.125) | 0.500 (0.250) | 0.500 (0.250) |",
+                           "| grpo | 0.250 (0.125) | 0.250 (0.125) | 0.500 (0.250) | 0.500 (0.250) |",
+                           "| teacher (lexicon) | 0.250 (0.125) | 0.250 (0.125) | 0.500 (0.250) | 0.500 (0.250) |"]
+    assert "## Under the `retrieval` judge" in table
+    saved = json.loads((tmp_path / "runs/grpo/comparison.json").read_text())
+    assert saved["readers"]["retrieval"]["compare_files"]["real.jsonl"]["targets"] == 5
+
+
+def test_an_unknown_compare_judge_fails_before_training(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "recipes").symlink_to(ROOT / "recipes")
+    result = CliRunner().invoke(cli, ["validate", "recipes/grpo.toml", "--set", 'grpo.compare_judges=["retrieval", "nosuch"]'])
+    assert result.exit_code == 2 and "[grpo] compare_judges: no judge named 'nosuch'" in result.output and "Traceback" not in result.output
 
 
 def test_evaluate_checkpoints_puts_the_pool_rows_in_the_judges_candidates(tmp_path, monkeypatch):

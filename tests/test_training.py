@@ -162,8 +162,8 @@ filter_threshold = 0.5
 
 def test_no_row_of_the_heldout_file_trains_also_past_eval_targets(tmp_path):
     from emojikit.composition.recipe import load_recipe
+    from emojikit.play.targets import split_targets
     from emojikit.stages.runs import RunDir
-    from emojikit.training.targets import split_targets
     from recipe_texts import GRPO_COMPONENTS, jsonl
 
     texts = [f"message number {i}" for i in range(10)]
@@ -184,8 +184,8 @@ def test_no_row_of_the_heldout_file_trains_also_past_eval_targets(tmp_path):
 def test_no_row_of_exclude_files_trains_and_a_missing_one_is_named(tmp_path, kind):
     from emojikit.api.errors import InputFileError
     from emojikit.composition.recipe import load_recipe
+    from emojikit.play.targets import split_targets
     from emojikit.stages.runs import RunDir
-    from emojikit.training.targets import split_targets
     from recipe_texts import GRPO_COMPONENTS, jsonl
 
     texts = [f"message number {i}" for i in range(10)]

@@ -138,8 +138,9 @@ def test_grpo_training_targets_leave_out_the_messages_the_start_sft_trained_on(t
 
     from emojikit.api.errors import InputFileError
     from emojikit.composition.recipe import load_recipe
+    from emojikit.play.targets import split_targets
     from emojikit.stages.runs import RunDir
-    from emojikit.training.targets import sft_seen, split_targets
+    from emojikit.training.targets import sft_seen
     from recipe_texts import GRPO_COMPONENTS, jsonl
 
     texts = [f"message number {i}" for i in range(12)]

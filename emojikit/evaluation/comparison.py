@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
+from emojikit.api.errors import ConfigError, EmojikitError
 from emojikit.support.io import atomic_write_text
 
 STEM = "comparison"
@@ -31,15 +32,13 @@ def run_kind(checkpoint: str) -> Optional[str]:
 
 def senders(start: Optional[str], final: str) -> dict[str, str]:
     """Row label -> what evaluate_checkpoints plays: base, the start, the final, the teacher."""
-    from emojikit.evaluation import evaluate
+    from emojikit.play.teacher_sender import TEACHER_PREFIX
 
     rows = {"base": "base"}
     if start is not None:
         rows[run_kind(start) or "start"] = start
     rows["grpo"] = final
-    teacher_prefix = getattr(evaluate, "TEACHER_PREFIX", None)  # the eval plays teachers as senders
-    if teacher_prefix:
-        rows[f"teacher ({TEACHER})"] = teacher_prefix + TEACHER
+    rows[f"teacher ({TEACHER})"] = TEACHER_PREFIX + TEACHER  # the eval plays teachers as senders
     return rows
 
 
@@ -56,10 +55,32 @@ def comparison_recipe(recipe):
     return replace(recipe, components={**recipe.components, "backend": backend}, settings={**recipe.settings, "game": game})
 
 
+def reader_recipe(recipe, name: str):
+    """The comparison's recipe with judge `name` in the [judge] table: it keeps the settings of the
+    recipe's judge that it has (distractors, pool_file, ...), so every reader draws the same pool."""
+    from emojikit.composition.assembly import choose, preflight
+
+    judge = recipe.components["judge"]
+    if name == judge.spec.name:
+        return recipe
+    ctx = recipe.context()
+    try:
+        fields = ctx.registry.get("judge", name).config.model_fields
+    except EmojikitError as exc:
+        raise ConfigError(f"{recipe.path}: [grpo] compare_judges: {exc}") from None
+    kept = {key: value for key, value in judge.config.model_dump().items() if key in fields}
+    try:
+        choice = choose("judge", name, kept, ctx, table="grpo: compare_judges")
+        preflight(choice, ctx)  # its API key and files, before anything trains
+    except EmojikitError as exc:  # these name the table themselves
+        raise ConfigError(f"{recipe.path}: {exc}") from None
+    return replace(recipe, components={**recipe.components, "judge": choice})
+
+
 def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optional[str]:
     """Play the held-out targets with every row; write and return the markdown table."""
-    from emojikit.evaluation.evaluate import EvalSettings, evaluate_checkpoints, game_chart, game_markdown, read_targets
-    from emojikit.training.targets import split_targets
+    from emojikit.evaluation.evaluate import game_chart, game_markdown
+    from emojikit.play.targets import split_targets
 
     g = recipe.settings["grpo"]
     heldout, _ = split_targets(recipe, g, run_dir)
@@ -67,30 +88,75 @@ def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optio
         print("no comparison: [grpo] eval_targets = 0")
         return None
     rows = senders(start, final)
-    settings = EvalSettings(checkpoints=list(rows.values()), temperature=g.eval_temperature, unmasked=False)
-    results = evaluate_checkpoints(comparison_recipe(recipe), settings, heldout, run_dir.path)
-    # Rows by label (base, sft, grpo, teacher); the legend names what each label played.
-    results["checkpoints"] = {label: results["checkpoints"][sender] for label, sender in rows.items()}
+    results = play_rows(recipe, g, rows, heldout, run_dir)
     results["senders"] = rows
     legend = "; ".join(f"{label} = {sender}" for label, sender in rows.items() if label != sender)
     table = game_markdown(results) + f"\n{legend}\n"
-    results["compare_files"] = {}
-    # More held-out sets (messages people wrote), every row played; the base model is left out
-    # there: it wins almost nothing (the first table) and costs as much time as a trained sender.
+    # More held-out sets (messages people wrote); the base model is left out there: it wins
+    # almost nothing (the first table) and costs as much time as a trained sender.
     extra_rows = {label: sender for label, sender in rows.items() if sender != "base"}
-    extra_settings = EvalSettings(checkpoints=list(extra_rows.values()), temperature=g.eval_temperature, unmasked=False)
-    for path in g.compare_files:
-        rows_of_file = read_targets(Path(path))
-        played = rows_of_file[: g.compare_rows] if g.compare_rows else rows_of_file
-        extra = evaluate_checkpoints(comparison_recipe(recipe), extra_settings, played, run_dir.path, pool=[m.text for m in rows_of_file])
-        extra["checkpoints"] = {label: extra["checkpoints"][sender] for label, sender in extra_rows.items()}
-        extra["pool_rows"] = len(rows_of_file)
-        results["compare_files"][str(path)] = extra
-        which = "every message" if len(played) == len(rows_of_file) else f"the first {len(played)} of its {len(rows_of_file)} messages, all {len(rows_of_file)} in the judge's pool"
-        table += f"\n### {path} ({which}; base left out)\n\n" + game_markdown(extra)
+    results["compare_files"] = play_compare_files(recipe, g, extra_rows, run_dir)
+    table += "".join(f"\n### {path} ({entry['which']}; base left out)\n\n" + game_markdown(entry) for path, entry in results["compare_files"].items())
+    # The same senders under readers RL did not train against: a gain only the trained reader
+    # sees is a pun on that reader, not better communication.
+    results["readers"] = {}
+    for name in g.compare_judges:
+        reader = reader_recipe(recipe, name)
+        on_heldout = play_rows(reader, g, extra_rows, heldout, run_dir)
+        results["readers"][name] = {"heldout": on_heldout, "compare_files": play_compare_files(reader, g, extra_rows, run_dir)}
+        table += f"\n## Under the `{name}` judge (the senders above; base left out)\n\n" + game_markdown(on_heldout)
+        table += "".join(f"\n### {path} ({entry['which']})\n\n" + game_markdown(entry) for path, entry in results["readers"][name]["compare_files"].items())
+    table = summary_markdown(results) + "\n" + table
     atomic_write_text(run_dir.file(f"{STEM}.json"), json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(run_dir.file(f"{STEM}.md"), table)
     game_chart(results, run_dir.file(f"{STEM}.png"))
     print(table)
     print(f"wrote {run_dir.file(STEM + '.md')}, {STEM}.json and {STEM}.png")
     return table
+
+
+def play_rows(recipe, g, rows: dict[str, str], targets, run_dir, pool=()) -> dict:
+    """evaluate_checkpoints for the rows (label -> sender), its entries keyed by label."""
+    from emojikit.evaluation.evaluate import EvalSettings, evaluate_checkpoints
+
+    settings = EvalSettings(checkpoints=list(rows.values()), temperature=g.eval_temperature, unmasked=False)
+    results = evaluate_checkpoints(comparison_recipe(recipe), settings, targets, run_dir.path, pool=pool)
+    results["checkpoints"] = {label: results["checkpoints"][sender] for label, sender in rows.items()}
+    return results
+
+
+def play_compare_files(recipe, g, rows: dict[str, str], run_dir) -> dict:
+    """Each compare_files set: its first compare_rows rows played (all when 0), every row in the pool."""
+    from emojikit.play.targets import read_targets
+
+    out = {}
+    for path in g.compare_files:
+        rows_of_file = read_targets(Path(path))
+        played = rows_of_file[: g.compare_rows] if g.compare_rows else rows_of_file
+        entry = play_rows(recipe, g, rows, played, run_dir, pool=[m.text for m in rows_of_file])
+        entry["pool_rows"] = len(rows_of_file)
+        entry["which"] = "every message" if len(played) == len(rows_of_file) else (
+            f"the first {len(played)} of its {len(rows_of_file)} messages, all {len(rows_of_file)} in the judge's pool")
+        out[str(path)] = entry
+    return out
+
+
+def summary_markdown(results: dict) -> str:
+    """One line per sender: success (first-turn success) on every set, under every reader."""
+    columns = [(results["judge"], "held-out", results)]
+    columns += [(results["judge"], Path(p).stem, e) for p, e in results["compare_files"].items()]
+    for name, played in results.get("readers", {}).items():
+        columns += [(name, "held-out", played["heldout"])]
+        columns += [(name, Path(p).stem, e) for p, e in played["compare_files"].items()]
+    trained = results["judge"]
+    head = " | ".join(f"{'**' + judge + '** (trained)' if judge == trained else judge}: {where}" for judge, where, _ in columns)
+    lines = ["Summary: success (first-turn success) per sender; the RL stage trained against the judge marked (trained).", "",
+             f"| sender | {head} |", "|---" * (len(columns) + 1) + "|"]
+    for label in results["checkpoints"]:
+        cells = []
+        for _, _, entry in columns:
+            m = entry["checkpoints"].get(label, {}).get("masked")
+            first = f" ({m['first_turn_success']:.3f})" if m and "first_turn_success" in m else ""
+            cells.append(f"{m['success_rate']:.3f}{first}" if m else "-")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

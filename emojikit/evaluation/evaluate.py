@@ -16,6 +16,8 @@ from emojikit.api import emojis
 from emojikit.api.components import add_candidates
 from emojikit.api.config import ConfigModel, ExistingFile
 from emojikit.api.format import DEFAULT_FORMAT, EmojiFormat, format_of
+from emojikit.play.targets import read_targets
+from emojikit.play.teacher_sender import TEACHER_PREFIX, TeacherSender
 from emojikit.support.io import atomic_write_text, save_png
 
 
@@ -88,9 +90,6 @@ def write_report(report: dict, out_dir: Path, stem: str, title: str) -> tuple[Pa
 # --- the held-out retrieval game, several checkpoints side by side ------------------------
 
 
-TEACHER_PREFIX = "teacher:"  # a "checkpoint" spelled teacher:NAME plays that teacher's answers
-
-
 class EvalSettings(ConfigModel):
     checkpoints: list[str] = Field(
         ["base"], description='Senders to compare: checkpoint directories, "base" (the start model), or teacher:NAME (a teacher\'s answers).'
@@ -131,63 +130,6 @@ class Unmasked:
 
     def bind(self, tokenizer):
         return None
-
-
-def read_targets(path: Path, limit: Optional[int] = None):
-    """Messages from JSONL (text, optional category), CSV/TSV with a header naming a text (and
-    optional category) column, or plain text with one message per line; the first `limit`."""
-    import csv
-
-    from emojikit.api.components import Message
-    from emojikit.api.errors import InputFileError
-    from emojikit.support.io import INPUT_LINE_MAX_BYTES, read_jsonl, read_lines
-
-    path = Path(path)
-    if path.suffix == ".jsonl":
-        rows = [Message(str(r.get("text", "")).strip(), str(r.get("category") or "unknown")) for r in read_jsonl(path, max_line_bytes=INPUT_LINE_MAX_BYTES)]
-    elif path.suffix in (".csv", ".tsv"):
-        with path.open(encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")
-            if "text" not in (reader.fieldnames or []):
-                raise InputFileError(f"{path}:1: expected a header with a text column (and optionally category), got {reader.fieldnames}")
-            rows = [Message((r.get("text") or "").strip(), (r.get("category") or "unknown").strip()) for r in reader]
-    else:
-        rows = [Message(line.strip()) for _, line, _ in read_lines(path, what="targets file") if line.strip()]
-    rows = [m for m in rows if m.text][:limit]
-    if not rows:
-        raise InputFileError(f"{path}: no targets")
-    return rows
-
-
-class TeacherSender:
-    """A teacher played as a sender: every turn it sends its answer to the target (the judge
-    never repeats a guess, so a repeated answer still moves the game). A reference row, not
-    a policy: it has no tokens or logprobs."""
-
-    def __init__(self, teacher, game_settings):
-        import re
-
-        self.teacher = teacher
-        self.name = "teacher"
-        pattern = re.escape(game_settings.first_turn).replace(re.escape("{target}"), "(?P<target>.*)", 1)
-        self._first_turn = re.compile(pattern.replace(re.escape("{target}"), "(?P=target)"), re.S)
-        self._answers: dict[str, str] = {}
-
-    def _target(self, messages) -> str:
-        first_user = next(m["content"] for m in messages if m["role"] == "user")
-        found = self._first_turn.fullmatch(first_user)
-        return found.group("target") if found else first_user
-
-    def sample(self, prompts, n, params, decoder=None):
-        from emojikit.api.components import Message
-        from emojikit.api.policy import Sample
-
-        targets = [self._target(p) for p in prompts]
-        todo = [t for t in dict.fromkeys(targets) if t not in self._answers]
-        if todo:
-            for t, answer in zip(todo, self.teacher.answer([Message(t) for t in todo])):
-                self._answers[t] = answer or ""
-        return [[Sample(prompt_tokens=[], tokens=[], logprobs=[], text=self._answers[t], stop_reason="stop")] * n for t in targets]
 
 
 def teacher_sender(recipe, name: str, game_settings, out_dir: Path) -> TeacherSender:

@@ -65,7 +65,8 @@ def resolve_sender(name: str) -> str:
 
 def build_sender(recipe, checkpoint: str, game, out_dir: Path):
     """A sender by name: a checkpoint or run directory, "base", or teacher:NAME (a teacher's answers)."""
-    from emojikit.evaluation.evaluate import TEACHER_PREFIX, teacher_sender
+    from emojikit.evaluation.evaluate import teacher_sender
+    from emojikit.play.teacher_sender import TEACHER_PREFIX
 
     if checkpoint.startswith(TEACHER_PREFIX):
         return teacher_sender(recipe, checkpoint[len(TEACHER_PREFIX):], game, out_dir)
@@ -183,7 +184,7 @@ class SenderAnswers:
 
 def answers_for(recipe, name: str, game, out_dir: Path):
     from emojikit.composition.assembly import build_component, context
-    from emojikit.evaluation.evaluate import TEACHER_PREFIX
+    from emojikit.play.teacher_sender import TEACHER_PREFIX, TeacherSender
 
     if name == OWN:
         return StateAnswers("own_turn2")
@@ -195,8 +196,6 @@ def answers_for(recipe, name: str, game, out_dir: Path):
         teacher = build_component("teacher", teacher_name, None, ctx, table="teacher")
         if hasattr(teacher, "repair"):
             return RepairTeacherAnswers(teacher)
-        from emojikit.evaluation.evaluate import TeacherSender
-
         return SenderAnswers(TeacherSender(teacher, game))
     return SenderAnswers(build_sender(recipe, name, game, out_dir))
 
@@ -329,7 +328,7 @@ def write_repair_report(results: dict, out_dir: Path) -> str:
 def states_targets(recipe, targets_file: Optional[Path], n: Optional[int], out_dir: Path):
     """The held-out targets the states are made on: a targets file (every row unless n), else
     n (default 512) messages of the recipe's prompt source."""
-    from emojikit.evaluation.evaluate import read_targets
+    from emojikit.play.targets import read_targets
 
     if targets_file is not None:
         return read_targets(targets_file, n)

@@ -40,10 +40,9 @@ def run_seeds(recipe_path: Path, seeds: Sequence[int], overrides: Sequence[str],
     """Run the recipe once per seed as `emojikit run` would (plan, reuse, resume, upstream
     stages); the run directory of every seed."""
     from emojikit.stages import pipeline
-    from emojikit.training.grpo import GRPOSettings
 
     # The sweep compares over seeds itself; a per-run comparison would only repeat evals.
-    own = ["grpo.compare=false"] if "compare" in GRPOSettings.model_fields else []
+    own = ["grpo.compare=false"]
     dirs = []
     for i, seed in enumerate(seeds, start=1):
         print(f"sweep: seed {seed} ({i} of {len(seeds)})")

@@ -135,8 +135,10 @@ def provenance(sender: Sender, depth: int = 0) -> list[str]:
     return lines
 
 
-def model_card(sender: Sender, info: dict[str, Any], *, merged: bool, repo_id: Optional[str] = None) -> str:
-    """The README.md of an export: YAML header for the Hub, then what a reader needs."""
+def model_card(sender: Sender, info: dict[str, Any], *, merged: bool, repo_id: Optional[str] = None, out: Optional[Path] = None) -> str:
+    """The README.md of an export: YAML header for the Hub, then what a reader needs. Its usage
+    code loads the Hub repository `repo_id` when there is one, else the folder `out` (as the
+    user named it to `emojikit export`)."""
     base = info["base_model"]
     fmt = sender.format
     method = METHODS.get(sender.kind or "", f"a `{sender.kind}` run of emojikit" if sender.kind else "emojikit (the run's recipe was not found beside the checkpoint)")
@@ -156,7 +158,7 @@ def model_card(sender: Sender, info: dict[str, Any], *, merged: bool, repo_id: O
     ]
     title = repo_id or f"emojikit-{sender.name}"
     what = "the LoRA merged into the base model (a plain transformers model folder)" if merged else "a PEFT LoRA adapter"
-    load = repo_id or "OUT"
+    load = repo_id or (Path(out).as_posix() if out is not None else "path/to/this/folder")
     lines = [
         "",
         f"# {title}",

@@ -59,7 +59,7 @@ def export(ref: str, out: Path, *, merged: bool = True, push_to: Optional[str] =
     try:
         with atomic_directory(out, replace=False) as tmp:
             info = policy.export_weights(str(tmp), merged=merged, system_prompt=sender.system_prompt)
-            (tmp / "README.md").write_text(card.model_card(sender, info, merged=merged, repo_id=push_to), encoding="utf-8")
+            (tmp / "README.md").write_text(card.model_card(sender, info, merged=merged, repo_id=push_to, out=out), encoding="utf-8")
     except OSError as exc:
         if (problem := os_problem(exc)) is None:
             raise

@@ -80,9 +80,7 @@ def declared_inputs(recipe: Recipe, has_upstream: bool) -> list[Path]:
         s = recipe.settings["sft"]
         return [getattr(s, name) for name in DATA_FILES if not has_upstream or name in s.model_fields_set]
     if recipe.kind in ("grpo", "rft") and recipe.settings[recipe.kind].start_from == "auto":
-        from emojikit.training.grpo import resolve_start
-
-        start = resolve_start(recipe.settings[recipe.kind])
+        start = runs.resolve_start(recipe.settings[recipe.kind])
         return [Path(start)] if start else []
     return []
 
@@ -292,11 +290,9 @@ def run_stage(stage: Stage, command: str, announce: Callable[[], None] = lambda:
 
 def show_reused(stage: Stage, echo: Callable[[str], None]) -> None:
     """A reused stage says what it holds: its output and, for GRPO, the stored comparison."""
-    from emojikit.evaluation.comparison import STEM
-
     if stage.kind != "data":
         echo(f"final adapter: {stage_output(stage.kind, stage.run_dir)}")
-    comparison = stage.run_dir / f"{STEM}.md"
+    comparison = stage.run_dir / "comparison.md"  # written by emojikit.evaluation.comparison (STEM)
     if comparison.is_file():
         echo(comparison.read_text(encoding="utf-8"))
 

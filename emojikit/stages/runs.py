@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Iterator, Optional
 
-from emojikit.api.errors import InputFileError, OutputError, RunDirectoryError
+from emojikit.api.errors import ConfigError, InputFileError, OutputError, RunDirectoryError
 from emojikit.support.io import append_jsonl, atomic_directory, atomic_write_jsonl, atomic_write_text, os_problem, read_jsonl, writing
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -290,6 +290,22 @@ def resolve_checkpoint(ref: str) -> str:
     if not any(path.iterdir()):
         raise InputFileError(f"{ref}: an empty directory, not a checkpoint or run directory")
     return ref  # another backend's checkpoint format: its load() judges
+
+
+def resolve_start(settings) -> Optional[str]:
+    """The checkpoint a GRPO or RFT run starts from (its settings' start_from): None for "base",
+    the sft_run's latest checkpoint (or None) for "auto", else the checkpoint as given. A recipe
+    (.toml) is an error here: emojikit.stages.pipeline replaces it with that run's checkpoint."""
+    if settings.start_from == "base":
+        return None
+    if settings.start_from.endswith(".toml"):
+        from emojikit.play.targets import table_of
+
+        raise ConfigError(f"[{table_of(settings)}] start_from: {settings.start_from} is a recipe; emojikit run resolves it to that run's checkpoint")
+    if settings.start_from != "auto":
+        return settings.start_from
+    latest = latest_checkpoint(settings.sft_run)
+    return str(latest[1]) if latest else None
 
 
 def trained_senders(runs_root: Path = Path("runs")) -> list[Path]:

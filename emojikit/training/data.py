@@ -35,7 +35,7 @@ FILTER_BATCH = 64  # candidates per batched game in the communicability filter
 
 
 class DataSettings(ConfigModel):
-    count: int = Field(25_000, ge=1, description="Messages sent to the teacher (SFT pairs before drops and the test split).")
+    count: int = Field(25_000, ge=1, description="Messages sent to the teacher (SFT pairs before drops and the test split); from a prompt source with fewer messages, every one it has (a note says so).")
     test_fraction: float = Field(0.05, ge=0.0, lt=1.0, description="Share of the SFT pairs kept for sft_test.jsonl.")
     system_prompt: str = Field(SYSTEM_PROMPT, min_length=1, description="System message of every SFT chat.")
     teacher_batch: int = Field(512, ge=1, description="Messages per teacher call (one progress-bar step).")
@@ -78,17 +78,36 @@ def check_filter(recipe, settings: DataSettings) -> None:
 
 def preflight(recipe) -> None:
     """What run() would reject, checked before a run directory is made: the filter's tables,
-    and a count the prompt source cannot produce (a source may tell its capacity)."""
+    and a prompt source with no messages. A source smaller than [data] count (one that tells
+    its capacity, such as a file of messages) is not an error: the run uses every message it
+    has, and this prints a one-line note saying so."""
     settings: DataSettings = recipe.settings["data"]
     check_filter(recipe, settings)
     source = recipe.build("prompts")
-    capacity = source.capacity() if hasattr(source, "capacity") else None
+    capacity = source_capacity(source)
+    name = recipe.components["prompts"].spec.name
+    if capacity == 0:
+        raise ConfigError(f"{recipe.path}: [prompts] the {name} prompt source has no messages")
     if capacity is not None and settings.count > capacity:
-        name = recipe.components["prompts"].spec.name
-        raise ConfigError(
-            f"{recipe.path}: [data] count: {settings.count} messages asked for, but the {name} prompt source can produce "
-            f"at most {capacity} distinct ones; lower [data] count (or choose a larger source)"
-        )
+        pairs, heldout = shrunk_counts(settings, capacity)
+        also = f" and {heldout:,} held-out RL target{'s' if heldout > 1 else ''}" if heldout else ""
+        print(f"data: the {name} prompt source has {capacity:,} messages; making {pairs:,} pairs{also}, not {settings.count:,}", flush=True)
+
+
+def source_capacity(source) -> Optional[int]:
+    """How many distinct messages the prompt source can give (None when it cannot tell)."""
+    return source.capacity() if hasattr(source, "capacity") else None
+
+
+def heldout_count(settings: DataSettings) -> int:
+    return round(settings.rl_count * settings.rl_heldout_fraction)
+
+
+def shrunk_counts(settings: DataSettings, capacity: int) -> tuple[int, int]:
+    """(SFT messages, held-out RL targets) when the source has fewer messages than [data] count:
+    every message is used; rl_heldout_fraction of them (at most the usual number) are held out."""
+    heldout = min(heldout_count(settings), round(capacity * settings.rl_heldout_fraction))
+    return capacity - heldout, heldout
 
 
 def communicable(recipe, run_dir, settings: DataSettings, candidates: list[Message], want: int) -> tuple[list[Message], dict]:
@@ -178,14 +197,19 @@ def run(recipe, run_dir) -> None:
     started = time.monotonic()
 
     # Draw extra messages so the held-out RL targets can be kept out of the SFT pairs.
-    n_heldout = round(settings.rl_count * settings.rl_heldout_fraction)
+    n_heldout = heldout_count(settings)
     source = recipe.build("prompts", run_dir.path)
-    pool = draw_messages(source, settings.count + n_heldout)
+    draw, count = settings.count + n_heldout, settings.count
+    capacity = source_capacity(source)
+    if capacity is not None and settings.count > capacity:  # a small source (preflight printed the note): all of it
+        _, n_heldout = shrunk_counts(settings, capacity)
+        draw = count = capacity
+    pool = draw_messages(source, draw)
     short = [m for m in pool if _words(m.text) <= settings.rl_max_words]
     rng.shuffle(short)
     heldout = short[:n_heldout]
     heldout_texts = {m.text for m in heldout}
-    sft_messages = [m for m in pool if m.text not in heldout_texts][: settings.count]
+    sft_messages = [m for m in pool if m.text not in heldout_texts][:count]
 
     teacher = recipe.build("teacher", run_dir.path)
     teacher_started = time.monotonic()

@@ -26,7 +26,9 @@ from emojikit.api.components import Episode, Message, add_candidates
 from emojikit.api.config import ConfigModel
 from emojikit.evaluation.metrics import summarize  # noqa: F401 - the game figures every loop reports
 from emojikit.api.policy import acceptance_between, sample_totals
-from emojikit.training.targets import sft_seen, split_targets, table_of  # noqa: F401 - (held-out, training) targets of a run
+from emojikit.play.targets import split_targets  # (held-out, training) targets of a run
+from emojikit.stages.runs import resolve_start  # the checkpoint a run starts from
+from emojikit.training.targets import sft_seen  # the messages the start's SFT trained on
 
 EPISODES_FILE = "episodes.jsonl"
 METRICS_FILE = "metrics.jsonl"
@@ -97,6 +99,11 @@ class GRPOSettings(ConfigModel):
     exclude_files: list[Path] = Field(
         [], description="More held-out sets whose rows never train (nor make a training state), beside heldout_file: sets played by "
         "another command, e.g. recipes/targets/heldout.jsonl for `emojikit eval --targets` when heldout_file holds other messages."
+    )
+    compare_judges: list[str] = Field(
+        [], description="Readers the comparison also plays besides the recipe's judge, by name (e.g. retrieval, lm-reader): the senders "
+        "under readers RL did not train against. Each takes the settings of the recipe's [judge] table that it has (distractors, pool_file, ...); "
+        "the base model is left out there."
     )
     compare_rows: int = Field(
         0, ge=0, description="Rows of each compare_files set the comparison plays: the first N (0: every row). Every row stays in the "
@@ -350,21 +357,6 @@ def train(policy, per_group: list[list], g: GRPOSettings, *, decoder) -> dict:
 # --- evaluation and the start ---------------------------------------------------------------
 
 
-def resolve_start(settings: GRPOSettings) -> Optional[str]:
-    if settings.start_from == "base":
-        return None
-    if settings.start_from.endswith(".toml"):  # emojikit.stages.pipeline replaces it with that run's checkpoint
-        from emojikit.api.errors import ConfigError
-
-        raise ConfigError(f"[{table_of(settings)}] start_from: {settings.start_from} is a recipe; emojikit run resolves it to that run's checkpoint")
-    if settings.start_from != "auto":
-        return settings.start_from
-    from emojikit.stages.runs import latest_checkpoint
-
-    latest = latest_checkpoint(settings.sft_run)
-    return str(latest[1]) if latest else None
-
-
 def held_out_judge(recipe, run_dir, judge, heldout: list[Message]):
     """The judge of the run's own held-out game. A candidate-pool judge gets a second instance
     whose pool is the held-out targets and the distractors, as in the comparison and `emojikit
@@ -557,7 +549,7 @@ def guided_sender(recipe, g: GRPOSettings, policy, game, run_dir):
     """The GuidedSender of a recipe with teacher_episodes, else None."""
     if not g.teacher_episodes:
         return None
-    from emojikit.evaluation.evaluate import TeacherSender
+    from emojikit.play.teacher_sender import TeacherSender
     from emojikit.training.guidance import GuidedSender
 
     return GuidedSender(policy, TeacherSender(recipe.build("teacher", run_dir.path), game))
@@ -647,5 +639,9 @@ def preflight(recipe) -> None:
     problem = token_budget_problem(recipe, recipe.settings["game"].max_new_tokens, "[game] max_new_tokens")
     if problem:
         raise ConfigError(f"{recipe.path}: {problem}")
+    from emojikit.evaluation.comparison import reader_recipe
+
+    for name in recipe.settings["grpo"].compare_judges:
+        reader_recipe(recipe, name)  # an unknown judge, or settings it rejects: one line now, not after training
     if recipe.settings["grpo"].teacher_episodes and "teacher" not in recipe.components:
         raise ConfigError(f"{recipe.path}: [grpo] teacher_episodes: needs a [teacher] table (the teacher whose answers open those episodes)")

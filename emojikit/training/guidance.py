@@ -22,7 +22,7 @@ class GuidedSender:
 
     def __init__(self, policy, teacher_sender):
         self.policy = policy
-        self.teacher = teacher_sender  # evaluate.TeacherSender: the answer to a prompt's target
+        self.teacher = teacher_sender  # play.teacher_sender.TeacherSender: the answer to a prompt's target
         self.name = f"{policy.name}+teacher"
         self.fallbacks = 0  # teacher answers the mask could not produce, played by the sender
 

@@ -36,7 +36,7 @@ KEPT_FILE = "kept.jsonl"
 
 
 class RFTSettings(ConfigModel):
-    table_name: ClassVar[str] = "rft"  # named in the target-split errors (emojikit.training.targets)
+    table_name: ClassVar[str] = "rft"  # named in the target-split errors (emojikit.play.targets)
 
     states: Literal["first_turn", "repair"] = Field(
         "repair", description='"first_turn": a state is a training target and its sender prompt; "repair": a cached first-turn miss '
@@ -296,11 +296,13 @@ def run(recipe, run_dir) -> None:
 
     from emojikit.api.components import add_candidates
     from emojikit.api.policy import SamplingParams
+    from emojikit.play.targets import split_targets
     from emojikit.stages.interrupt import Interrupted, graceful_stop
+    from emojikit.stages.runs import resolve_start
     from emojikit.support.io import atomic_write_text
-    from emojikit.training.grpo import before_after_table, evaluate_game, held_out_judge, heldout_evaluations, resolve_start
+    from emojikit.training.grpo import before_after_table, evaluate_game, held_out_judge, heldout_evaluations
     from emojikit.training.sft import batch_indices
-    from emojikit.training.targets import sft_seen, split_targets
+    from emojikit.training.targets import sft_seen
 
     s: RFTSettings = recipe.settings["rft"]
     game = recipe.settings["game"]
@@ -329,8 +331,8 @@ def run(recipe, run_dir) -> None:
     pool_size = len(states) if states is not None else len(train_targets)
     teacher_answers = None
     if s.teacher:
-        from emojikit.evaluation.evaluate import TEACHER_PREFIX
         from emojikit.evaluation.repair import answers_for
+        from emojikit.play.teacher_sender import TEACHER_PREFIX
 
         teacher_answers = answers_for(recipe, TEACHER_PREFIX + s.teacher, game, run_dir.path)
 

@@ -52,7 +52,17 @@ def friendly_errors(fn):
 
 
 class OneLineErrors(click.Group):
-    """Bad command-line values (a range, a missing argument) are one line too, exit status 2."""
+    """Bad command-line values (a range, a missing argument) are one line too, exit status 2.
+
+    `emojikit` alone is not an error to squash into one line: like argparse, it prints the
+    usage and the command list on stderr, then `emojikit: error: missing command`, status 2."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), err=True)
+            click.echo(f"\n{ctx.command_path}: error: missing command (one of the commands above; {ctx.command_path} COMMAND --help for its options)", err=True)
+            sys.exit(2)  # not ctx.exit: click's main(standalone_mode=False) would return the 2
+        return super().parse_args(ctx, args)
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         if not standalone_mode:

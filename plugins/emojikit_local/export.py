@@ -46,17 +46,16 @@ def _save(write, path: Path) -> None:
         raise error from None
 
 
-def export_weights(policy, out: str, *, merged: bool, system_prompt: str) -> dict[str, Any]:
-    """Write the policy's trained adapter (merged or not) into `out`. A merged export folds
-    the LoRA into the policy's base weights in place: the policy is spent afterwards."""
+def export_weights(policy, out: str, *, adapter: str, merged: bool, system_prompt: str) -> dict[str, Any]:
+    """Write the policy's trained adapter (the peft adapter named `adapter`; merged or not) into
+    `out`. A merged export folds the LoRA into the policy's base weights in place: the policy is
+    spent afterwards."""
     import torch
-
-    from emojikit_local.policy import TRAINED
 
     out_dir = Path(out)
     model = policy.model
     base_model, note = base_reference(policy._model_ref)
-    lora = model.peft_config[TRAINED]
+    lora = model.peft_config[adapter]
     dtypes = {p.dtype for p in model.base_model.parameters()}
     info: dict[str, Any] = {
         "base_model": base_model,
@@ -69,14 +68,14 @@ def export_weights(policy, out: str, *, merged: bool, system_prompt: str) -> dic
     end_of_turn = sorted(policy.stop_ids)
     if merged:
         with torch.no_grad():
-            plain = model.merge_and_unload(adapter_names=[TRAINED])
+            plain = model.merge_and_unload(adapter_names=[adapter])
         plain.config._name_or_path = base_model
         generation = plain.generation_config
         generation.eos_token_id = end_of_turn[0] if len(end_of_turn) == 1 else end_of_turn
         generation.pad_token_id = policy.pad_id
         _save(lambda: plain.save_pretrained(str(out_dir), safe_serialization=True), out_dir / "model.safetensors")
     else:
-        _save(lambda: model.save_pretrained(str(out_dir), selected_adapters=[TRAINED]), out_dir / checkpoint.ADAPTER_FILE)
+        _save(lambda: model.save_pretrained(str(out_dir), selected_adapters=[adapter]), out_dir / checkpoint.ADAPTER_FILE)
         config_file = out_dir / "adapter_config.json"
         config = json.loads(config_file.read_text(encoding="utf-8"))
         config["base_model_name_or_path"] = base_model  # peft wrote the emojikit cache path

@@ -341,7 +341,7 @@ class LocalPolicy:
         """WeightsExport: the trained adapter as a plain PEFT folder, or merged into the base."""
         from emojikit_local.export import export_weights
 
-        return export_weights(self, out, merged=merged, system_prompt=system_prompt)
+        return export_weights(self, out, adapter=TRAINED, merged=merged, system_prompt=system_prompt)
 
     def load(self, ref: str, *, with_optimizer: bool = True) -> None:
         from peft import load_peft_weights, set_peft_model_state_dict

@@ -1,4 +1,4 @@
-"""Hook implementations: the `retrieval`, `keywords` and `local-lm` judges, the `similarity` reward and
+"""Hook implementations: the `retrieval`, `keywords`, `panel`, `lm-reader` and `local-lm` judges, the `similarity` reward and
 the learning probe's `keyword-share` reward.
 
 Only configs and pure-Python helpers are imported here; MiniLM and transformers load inside
@@ -8,7 +8,7 @@ the factories.
 from emojikit.api.components import Component
 from emojikit.api.hookspecs import hookimpl
 
-from emojikit_retrieval import keywords, local_lm, probe, retrieval, reward
+from emojikit_retrieval import keywords, lm_reader, local_lm, panel, probe, retrieval, reward
 
 
 @hookimpl
@@ -23,9 +23,23 @@ def register_judges():
         ),
         Component(
             name="keywords",
-            summary="Offline: emojilib's human-curated keywords of the emoji -> nearest message in a candidate pool (MiniLM); a reader GRPO does not train against",
+            summary="Offline: emojilib's human-curated keywords of the emoji -> nearest message in a candidate pool (MiniLM); not the teacher's reading",
             config=keywords.KeywordsConfig,
             factory=keywords.build,
+            preflight=retrieval.preflight,
+        ),
+        Component(
+            name="panel",
+            summary="Offline: several pool readers (default keywords + retrieval) read the emoji; their scores combine by mean or min",
+            config=panel.PanelConfig,
+            factory=panel.build,
+            preflight=panel.preflight,
+        ),
+        Component(
+            name="lm-reader",
+            summary="Offline: a local LM (default: bundled SmolLM2) reads the raw emoji and writes a message -> nearest in a candidate pool",
+            config=lm_reader.LMReaderConfig,
+            factory=lm_reader.build,
             preflight=retrieval.preflight,
         ),
         Component(

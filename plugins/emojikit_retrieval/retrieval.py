@@ -50,7 +50,7 @@ class RetrievalConfig(ConfigModel):
     )
     repeat_guesses: bool = Field(
         False, description="May guess a message it already guessed in the episode (off: earlier guesses leave the pool, so a "
-        "resent answer still moves the game; on: a repair must change the reading, the repair benchmark's third reader)."
+        "resent answer still moves the game; on: a repair must change the judge's reading, or it guesses the same message again)."
     )
 
 

@@ -40,14 +40,19 @@ class JsonlSource:
         self.config = config
 
     def capacity(self) -> int:
-        return len(read_messages(self.config))
+        """The file's distinct messages (a repeated message counts once)."""
+        return len({m.text for m in read_messages(self.config)})
 
     def messages(self, n: Optional[int] = None) -> Iterator[Message]:
-        """The file's messages in order (the file fixes the order; the seed does not change it)."""
-        for i, message in enumerate(read_messages(self.config)):
-            if n is not None and i >= n:
+        """The file's distinct messages in order (the file fixes the order; the seed does not
+        change it); a message repeated later in the file is skipped."""
+        seen: set[str] = set()
+        for message in read_messages(self.config):
+            if n is not None and len(seen) >= n:
                 return
-            yield message
+            if message.text not in seen:
+                seen.add(message.text)
+                yield message
 
 
 def preflight(config: JsonlConfig, ctx: BuildContext) -> None:

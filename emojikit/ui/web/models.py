@@ -154,7 +154,7 @@ class Models:
 def heldout_targets(recipe) -> list[Message]:
     """The recipe's held-out targets: [grpo] heldout_file or [eval] targets_file when set,
     else the first eval_targets / n_targets messages of its prompt source."""
-    from emojikit.evaluation.evaluate import read_targets
+    from emojikit.play.targets import read_targets
 
     grpo, evals = recipe.settings.get("grpo"), recipe.settings.get("eval")
     count = (grpo.eval_targets if grpo is not None else None) or (evals.n_targets if evals is not None else None) or HELDOUT_DEFAULT

@@ -1,0 +1,100 @@
+"""The game's targets: read from a targets file, and a run's held-out and training targets.
+
+Shared by the loops (emojikit.training: grpo, rft), the evaluations (emojikit.evaluation:
+evaluate, comparison, repair) and the web game, so none of them imports another for them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Optional
+
+from emojikit.api.components import Message
+
+
+def read_targets(path: Path, limit: Optional[int] = None):
+    """Messages from JSONL (text, optional category), CSV/TSV with a header naming a text (and
+    optional category) column, or plain text with one message per line; the first `limit`."""
+    import csv
+
+    from emojikit.api.errors import InputFileError
+    from emojikit.support.io import INPUT_LINE_MAX_BYTES, read_jsonl, read_lines
+
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        rows = [Message(str(r.get("text", "")).strip(), str(r.get("category") or "unknown")) for r in read_jsonl(path, max_line_bytes=INPUT_LINE_MAX_BYTES)]
+    elif path.suffix in (".csv", ".tsv"):
+        with path.open(encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")
+            if "text" not in (reader.fieldnames or []):
+                raise InputFileError(f"{path}:1: expected a header with a text column (and optionally category), got {reader.fieldnames}")
+            rows = [Message((r.get("text") or "").strip(), (r.get("category") or "unknown").strip()) for r in reader]
+    else:
+        rows = [Message(line.strip()) for _, line, _ in read_lines(path, what="targets file") if line.strip()]
+    rows = [m for m in rows if m.text][:limit]
+    if not rows:
+        raise InputFileError(f"{path}: no targets")
+    return rows
+
+
+# --- a GRPO or RFT run's targets: held-out ones for evaluation, the rest for training ----------
+
+
+def split_targets(recipe, g, run_dir, seen: frozenset[str] = frozenset()) -> tuple[list[Message], list[Message]]:
+    """(held-out, training) targets; held-out ones never train, even when the prompt source repeats them.
+    With a heldout_file, none of its rows trains, also those past the eval_targets played. No
+    message in `seen` (those whose teacher answers the start's SFT trained on: `sft_seen`) trains
+    either; the source is drawn past them, so the pool keeps its size. The held-out targets do
+    not depend on `seen` (the comparison draws them without it)."""
+    from emojikit.api.errors import ConfigError, InputFileError
+
+    source = recipe.build("prompts", run_dir.path)
+    seen = seen | excluded_texts(recipe, g)  # the other held-out sets never train either
+    if g.heldout_file is not None:
+        if not Path(g.heldout_file).is_file():
+            raise InputFileError(f"{recipe.path}: [{table_of(g)}] heldout_file: {g.heldout_file} does not exist (make it with: emojikit run recipes/data.toml)")
+        whole_file = read_targets(g.heldout_file)
+        heldout = whole_file[: g.eval_targets]
+        held = {m.text for m in whole_file}  # the whole file, also the rows past eval_targets, never trains
+        drawn = source.messages(draw_count(g, len(held)) + len(seen))
+        train = list(itertools.islice((m for m in drawn if m.text not in held and m.text not in seen and short_enough(m, g)), g.target_pool))
+    else:
+        drawn = iter(source.messages(g.eval_targets + g.target_pool + len(seen)))
+        heldout = list(itertools.islice(drawn, g.eval_targets))
+        held = {m.text for m in heldout}
+        train = list(itertools.islice((m for m in drawn if m.text not in held and m.text not in seen and short_enough(m, g)), g.target_pool))
+    if not train:
+        raise ConfigError(f"{recipe.path}: [{table_of(g)}] eval_targets: the prompt source gave no messages for training")
+    return heldout, train
+
+
+def table_of(g) -> str:
+    """The recipe table of the settings `g` (GRPO's or RFT's), for error lines."""
+    return getattr(g, "table_name", "grpo")
+
+
+def excluded_texts(recipe, g) -> frozenset[str]:
+    """Every row of the held-out sets besides heldout_file: [grpo] compare_files (the comparison
+    plays them) and exclude_files (sets another command plays, e.g. `emojikit eval --targets`)."""
+    from emojikit.api.errors import InputFileError
+
+    texts: set[str] = set()
+    for key in ("compare_files", "exclude_files"):
+        for path in getattr(g, key, []):
+            if not Path(path).is_file():
+                raise InputFileError(f"{recipe.path}: [{table_of(g)}] {key}: {path} does not exist")
+            texts.update(m.text for m in read_targets(Path(path)))
+    return frozenset(texts)
+
+
+def short_enough(message: Message, g) -> bool:
+    """Training targets as long as the held-out ones: the data recipe's RL targets have at most
+    rl_max_words words, and a sender trained on long messages learns another game."""
+    return g.target_max_words is None or len(message.text.split()) <= g.target_max_words
+
+
+def draw_count(g, n_heldout: int) -> int:
+    """How many messages to draw so that, after dropping held-out and long ones, about
+    target_pool remain (a generated message has at most 12 words about half the time)."""
+    return (g.target_pool + n_heldout) * (3 if g.target_max_words is not None else 1)

@@ -1,0 +1,123 @@
+"""Readers that are not the teacher's: the `panel` judge (several pool readers, mean or min),
+the `lm-reader` judge (a language model reads the raw emoji) and the comparison under readers
+RL did not train against."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from emojikit.api.components import JudgeView, add_candidates
+from emojikit.api.errors import ConfigError, EmojikitError
+from emojikit.composition.assembly import build_component
+from emojikit_retrieval.keywords import KeywordsJudge
+from emojikit_retrieval.panel import PanelJudge
+from emojikit_retrieval.retrieval import RetrievalJudge
+
+POOL = ["I ate pizza for dinner", "It is raining and I forgot my umbrella", "My dog learned a new trick",
+        "We are going to the beach tomorrow", "I failed my driving test again"]
+
+
+@pytest.fixture(scope="module")
+def readers():
+    return RetrievalJudge(POOL), KeywordsJudge(POOL)
+
+
+def test_a_panel_combines_its_readers_cosines_by_mean_or_min(readers):
+    cldr, keywords = readers
+    views = [JudgeView(["🍕🍽️"]), JudgeView(["🌧️☂️"]), JudgeView(["🐕🎓"])]
+    a, _ = cldr._scores(views)
+    b, _ = keywords._scores(views)
+    mean = PanelJudge([RetrievalJudge(), KeywordsJudge()], POOL, combine="mean")
+    low = PanelJudge([RetrievalJudge(), KeywordsJudge()], POOL, combine="min")
+    np.testing.assert_allclose(mean._scores(views)[0], (a + b) / 2, atol=1e-6)
+    np.testing.assert_allclose(low._scores(views)[0], np.minimum(a, b), atol=1e-6)
+    # Every reader holds the panel's pool, in the panel's order.
+    assert all(r.candidates == mean.candidates == POOL for r in mean.readers)
+    assert mean.guess(views) == [POOL[0], POOL[1], POOL[2]]
+
+
+def test_a_panel_never_repeats_a_guess_and_reports_its_belief(readers):
+    panel = PanelJudge([RetrievalJudge(), KeywordsJudge()], POOL)
+    view = JudgeView(["🍕🍽️"], guesses=[POOL[0]])
+    assert panel.guess([view]) != [POOL[0]]
+    (logp,) = panel.target_logprobs([JudgeView(["🍕🍽️"])], [POOL[0]])
+    (other,) = panel.target_logprobs([JudgeView(["🍕🍽️"])], [POOL[3]])
+    assert logp is not None and other is not None and logp > other and logp <= 0
+
+
+def test_the_min_panel_is_the_least_convinced_reader():
+    """A candidate only one reader finds close scores low under min: the panel's min is never above any reader's cosine."""
+    cldr, keywords = RetrievalJudge(POOL), KeywordsJudge(POOL)
+    low = PanelJudge([RetrievalJudge(), KeywordsJudge()], POOL, combine="min")
+    views = [JudgeView(["🏖️🌊"]), JudgeView(["❌🚗"])]
+    combined, _ = low._scores(views)
+    assert np.all(combined <= cldr._scores(views)[0] + 1e-6) and np.all(combined <= keywords._scores(views)[0] + 1e-6)
+
+
+def test_panel_is_built_from_a_recipe_table_with_one_pool():
+    panel = build_component("judge", "panel", {"readers": ["retrieval", "keywords"], "combine": "min", "distractors": 3})
+    assert isinstance(panel, PanelJudge) and panel.combine == "min" and len(panel.candidates) == 3
+    assert [r.candidates for r in panel.readers] == [panel.candidates] * 2  # the readers drew no pools of their own
+    add_candidates(panel, ["A brand new message"])
+    assert all("A brand new message" in r.candidates for r in panel.readers)
+
+
+@pytest.mark.parametrize("settings, fragment", [
+    ({"readers": ["retrieval", "nosuch"]}, "readers: nosuch"),
+    ({"readers": ["panel"]}, "panel cannot hold a panel"),
+    ({"readers": ["keywords", "keywords"]}, "each reader once"),
+    ({"readers": []}, "readers"),
+    ({"combine": "max"}, "combine"),
+])
+def test_panel_settings_fail_in_one_line(settings, fragment):
+    with pytest.raises(EmojikitError) as info:
+        build_component("judge", "panel", settings)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_panel_of_a_reader_without_a_pool_is_refused_before_any_model_loads():
+    with pytest.raises(ConfigError, match="`local-lm` is not a pool reader"):
+        build_component("judge", "panel", {"readers": ["retrieval", "local-lm"], "distractors": 0})
+
+
+class ScriptedWriter:
+    """The lm-reader's language model at its boundary: fixed sentences per emoji line, counted."""
+
+    def __init__(self, sentences: dict[str, str]):
+        from emojikit_retrieval.local_lm import LocalLMConfig
+
+        self.cfg = LocalLMConfig(show="emoji", batch_size=2)
+        self.sentences = sentences
+        self.generated = 0
+
+    def describe(self, emoji_text: str) -> str:
+        return emoji_text
+
+    def messages(self, view: JudgeView):
+        return [{"role": "user", "content": "\n".join(view.emoji_turns)}]
+
+    def _generate(self, chats):
+        self.generated += len(chats)
+        return [self.sentences.get(chat[-1]["content"], "🙂") for chat in chats]
+
+
+def test_lm_reader_retrieves_the_pool_message_nearest_to_what_the_model_wrote():
+    from emojikit_retrieval.lm_reader import LMReaderJudge
+
+    writer = ScriptedWriter({"🍕": "I had a pizza tonight", "☔": "Rain and no umbrella", "🍕\n🐶": "my dog did a trick"})
+    judge = LMReaderJudge(writer, POOL)
+    views = [JudgeView(["🍕"]), JudgeView(["☔"]), JudgeView(["🍕", "🐶"], guesses=[POOL[0]]), JudgeView(["🤷"])]
+    assert judge.guess(views) == [POOL[0], POOL[1], POOL[2], ""]  # a reading with no words is nothing to read
+    assert writer.generated == 4
+    logps = judge.target_logprobs(views[:1], [POOL[0]])
+    assert writer.generated == 4 and logps[0] is not None and logps[0] > np.log(1 / len(POOL))  # one generation per state
+
+
+def test_lm_reader_reads_with_a_real_model(tiny_model):
+    """The factory loads a local model and the reader plays: every view gets a guess from the pool or ""."""
+    judge = build_component("judge", "lm-reader", {"model": str(tiny_model), "distractors": 0, "max_new_tokens": 4})
+    add_candidates(judge, POOL)
+    guesses = judge.guess([JudgeView(["🍕🍽️"]), JudgeView(["🌧️☂️"])])
+    assert len(guesses) == 2 and all(g in POOL + [""] for g in guesses)
+    assert judge.writer.cfg.show == "emoji" and "🍕" in judge.turn_names("🍕🍽️")

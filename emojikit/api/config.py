@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Literal, Sequence, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Mapping, Optional, Sequence, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
@@ -34,6 +34,72 @@ def _must_be_file(path: Path) -> Path:
 
 # A file the recipe reads (not a directory): checked during validation.
 ExistingFile = Annotated[Path, AfterValidator(_must_be_file)]
+
+
+def _annotation_parts(annotation: Any, metadata: Sequence[Any] = ()) -> list[tuple[Any, list[Any]]]:
+    """Every leaf type of an annotation (through Optional, unions, lists, Annotated) with its metadata."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _annotation_parts(args[0], [*args[1:], *metadata])
+    if origin in (Union, UnionType, list, tuple, set, frozenset):
+        return [part for arg in args if arg is not type(None) and arg is not Ellipsis for part in _annotation_parts(arg, metadata)]
+    return [(annotation, list(metadata))]
+
+
+def holds_path(annotation: Any) -> bool:
+    """Whether a field holds a path (Path, ExistingPath, ExistingFile; optional or a list of them)."""
+    return any(leaf is Path for leaf, _ in _annotation_parts(annotation))
+
+
+def reads_path(annotation: Any, metadata: Sequence[Any] = ()) -> bool:
+    """Whether a field holds a path the config reads: ExistingPath or ExistingFile (optional or a list of them)."""
+    return any(
+        leaf is Path and any(isinstance(m, AfterValidator) and m.func in (_must_exist, _must_be_file) for m in meta)
+        for leaf, meta in _annotation_parts(annotation, metadata)
+    )
+
+
+# --- validation errors as a person reads them ------------------------------------------------
+
+_EXPECTED = {
+    "int_parsing": "an integer", "int_type": "an integer", "int_from_float": "an integer", "int_parsing_size": "an integer",
+    "float_parsing": "a number", "float_type": "a number", "finite_number": "a finite number",
+    "bool_parsing": "true or false", "bool_type": "true or false",
+    "string_type": "text (in quotes)", "path_type": "a path (text in quotes)",
+    "list_type": "a list", "tuple_type": "a list", "set_type": "a list",
+    "dict_type": "a table", "model_type": "a table", "model_attributes_type": "a table",
+}
+_BOUNDS = {"greater_than_equal": ("ge", "greater than or equal to"), "greater_than": ("gt", "greater than"),
+           "less_than_equal": ("le", "less than or equal to"), "less_than": ("lt", "less than")}
+
+
+def shown_value(value: Any) -> str:
+    """A value as the recipe or --set wrote it: 'ten' (text), 3, 2.5, true, ["a", "b"]."""
+    import json
+
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def plain_problem(error: Mapping[str, Any]) -> Optional[str]:
+    """One pydantic error (an item of ValidationError.errors()) in plain words, e.g.
+    "expected an integer, got 'ten'" for int_parsing; None for a type without plainer words
+    (missing and unknown keys, a validator's own message)."""
+    kind, ctx = error.get("type"), error.get("ctx") or {}
+    got = f", got {shown_value(error['input'])}" if "input" in error else ""
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}{got}"
+    if kind in ("literal_error", "enum") and "expected" in ctx:
+        return f"expected one of {ctx['expected']}{got}"
+    if kind in _BOUNDS and _BOUNDS[kind][0] in ctx:
+        return f"must be {_BOUNDS[kind][1]} {ctx[_BOUNDS[kind][0]]}{got}"
+    return None
 
 
 # --- types as a person writes them (`emojikit describe`) ------------------------------------

@@ -122,6 +122,17 @@ def check_checkpoint_files(path: Path | str, *, resuming: bool = False) -> Path:
     return path
 
 
+def check_sender_checkpoints(checkpoints, where: str) -> None:
+    """Every checkpoint directory of a list (e.g. [eval] checkpoints, already resolved) loads:
+    its files are present and intact. Checked before the first game, not when its turn comes."""
+    for checkpoint in checkpoints:
+        if Path(str(checkpoint)).is_dir():
+            try:
+                check_checkpoint_files(checkpoint)
+            except InputFileError as exc:
+                raise InputFileError(f"{where}: {exc}") from None
+
+
 def intact_checkpoint(paths: list[Path], *, resuming: bool = True) -> Optional[Path]:
     """The first of `paths` whose files pass the check."""
     for p in paths:

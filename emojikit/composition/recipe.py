@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,8 @@ from pydantic import BaseModel, ValidationError
 
 from emojikit.composition.assembly import COMPONENT_TABLES, ComponentChoice, choose, context, format_validation, preflight_errors
 from emojikit.api.components import BuildContext
-from emojikit.api.errors import ConfigError, EmojikitError
+from emojikit.api.config import holds_path, plain_problem, reads_path
+from emojikit.api.errors import ConfigError, EmojikitError, PluginError
 from emojikit.composition.registry import Registry, did_you_mean, get_registry
 
 if sys.version_info >= (3, 11):
@@ -90,6 +92,7 @@ class Recipe:
     resume_command: Optional[str] = None  # set by emojikit.stages.pipeline: the command that continues the whole chain
     registry: Optional[Registry] = field(repr=False, default=None)  # where the components were found
     trackers: list[ComponentChoice] = field(default_factory=list)  # [tracking] use, in order
+    missing_paths: list["RecipePath"] = field(default_factory=list)  # relative paths of the file found in neither place
 
     def has(self, table: str) -> bool:
         return table in self.components
@@ -116,6 +119,226 @@ class Recipe:
             return f"resume with: {redact_text(self.resume_command)}"
         sets = "".join(f" --set {shlex.quote(redact_text(o))}" for o in self.overrides)
         return f"resume with: emojikit run {shlex.quote(str(self.path))}{sets} --resume"
+
+
+# --- relative paths ----------------------------------------------------------------------
+#
+# A relative path a recipe file names for reading (a data file, a checkpoint, another recipe)
+# is looked up in the current directory first; when nothing is there, under the recipe's
+# project root: the folder holding the recipe's `recipes/` folder (for
+# /home/me/emojikit/recipes/sft.toml: /home/me/emojikit), else the recipe's own folder. So the
+# shipped recipes work from any directory, and a recipe that names files beside the command
+# keeps working. Where a run writes (`out`) and paths typed on the command line (--set,
+# --targets, --checkpoint) are relative to the current directory only (docs/recipes.md).
+
+PATH_TEXT_FIELDS = ("start_from", "checkpoints")  # text settings of the loop tables that may name a path
+# The recipe a kind may name for its input, (table, key): kept beside emojikit.stages.pipeline.UPSTREAM_KEYS.
+UPSTREAM_RECIPE_KEYS = {"sft": ("sft", "data"), "grpo": ("grpo", "start_from"), "rft": ("rft", "start_from")}
+
+
+@dataclass(frozen=True)
+class RecipePath:
+    """A relative path the recipe file names that exists neither in the current directory nor
+    under the recipe's project root: its errors say where it was looked for."""
+
+    table: str  # "sft", "prompts.sources[0]"
+    key: str
+    value: str
+    cwd: Path
+    root: Path
+
+    def where(self) -> str:
+        here = self.cwd / self.value
+        if self.root == self.cwd:
+            return f"looked for at {here}"
+        return f"looked for at {here} (the current directory) and at {self.root / self.value} (the recipe's project root)"
+
+
+def project_root(recipe_path: Path | str) -> Path:
+    """The folder a recipe's relative input paths fall back to: the parent of its `recipes/`
+    folder when the recipe is in one, else the recipe's own folder."""
+    folder = Path(os.path.abspath(recipe_path)).parent
+    return folder.parent if folder.name == "recipes" else folder
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return a == b
+
+
+def resolve_recipe_paths(data: dict, recipe_path: Path | str, registry: Optional[Registry] = None) -> tuple[dict, list[RecipePath]]:
+    """The recipe file's TOML with every relative input path that is missing from the current
+    directory but present under the recipe's project root made absolute (project_root); and the
+    relative input paths found in neither place. Paths are the loop tables' path settings
+    (start_from and [eval] checkpoints too) and the components' ExistingPath/ExistingFile
+    settings, also in nested component tables ([[prompts.sources]])."""
+    kind = data.get("kind")
+    if kind not in RECIPE_KINDS:
+        return data, []
+    registry = registry or get_registry()
+    cwd, root = Path.cwd(), project_root(recipe_path)
+    if _same_dir(root, cwd):
+        root = cwd
+    data = copy.deepcopy(data)
+    missing: list[RecipePath] = []
+
+    def resolve(value: Any, table: str, key: str) -> Any:
+        if isinstance(value, list):
+            return [resolve(v, table, key) for v in value]
+        if not isinstance(value, str) or not value.strip() or os.path.isabs(value) or value.startswith("~") or Path(value).exists():
+            return value
+        if root != cwd and (root / value).exists():
+            return str(root / value)
+        if "/" in value or "." in value:  # a path, not a word like "base" or "auto"
+            missing.append(RecipePath(table, key, value, cwd, root))
+        return value
+
+    def component(body: dict, kind_name: str, table: str) -> None:
+        use = body.get("use")
+        if not isinstance(use, str):
+            return
+        try:
+            config = registry.get(kind_name, use).config
+        except (EmojikitError, KeyError):
+            return  # load_recipe reports the unknown component
+        for key, value in list(body.items()):
+            f = config.model_fields.get(key)
+            if f is None:
+                continue
+            if reads_path(f.annotation, f.metadata):
+                body[key] = resolve(value, table, key)
+            elif isinstance(value, list) and all(isinstance(v, dict) and "use" in v for v in value):
+                for i, item in enumerate(value):  # nested components of the same kind (mix's sources)
+                    component(item, kind_name, f"{table}.{key}[{i}]")
+
+    shape = RECIPE_SHAPES[kind]
+    for table, body in data.items():
+        if not isinstance(body, dict):
+            continue
+        if table in shape["settings"]:
+            model = import_object(shape["settings"][table])
+            for key, value in list(body.items()):
+                f = model.model_fields.get(key)
+                if f is not None and (holds_path(f.annotation) or key in PATH_TEXT_FIELDS):
+                    body[key] = resolve(value, table, key)
+        elif table in COMPONENT_TABLES:
+            component(body, COMPONENT_TABLES[table], table)
+    return data, missing
+
+
+def _explain_missing(errors: list[str], missing: Sequence[RecipePath], data: dict) -> list[str]:
+    """Errors about a relative path of the recipe file found nowhere, with where it was looked
+    for (unless --set replaced the value)."""
+
+    def current(p: RecipePath) -> bool:
+        body = data.get(p.table)
+        if "." in p.table or not isinstance(body, dict):
+            return "." in p.table  # a nested table's value: as the file wrote it
+        value = body.get(p.key)
+        return value == p.value or (isinstance(value, list) and p.value in value)
+
+    out = []
+    for line in errors:
+        for p in missing:
+            if line.startswith(f"[{p.table}]") and p.value in line and "looked for at" not in line and current(p):
+                line = f"{line} ({p.where()})"
+                break
+        out.append(line)
+    return out
+
+
+def validation_lines(table: str, model: type[BaseModel], exc: ValidationError) -> list[str]:
+    """format_validation's `[table] key: problem` lines, a wrong type or range in plain words
+    ("[grpo] steps: expected an integer, got 'ten'") instead of pydantic's."""
+    lines = format_validation(table, model, exc)
+    out = []
+    for err, line in zip(exc.errors(), lines):
+        plain = plain_problem(err)
+        if plain is not None:
+            loc = ".".join(str(p) for p in err["loc"]) or "(table)"
+            line = f"[{table}] {loc}: {plain}"
+        out.append(line)
+    return out
+
+
+def choose_table(kind: str, use: str, body: Mapping[str, Any], ctx: BuildContext, *, table: str) -> ComponentChoice:
+    """assembly.choose, with a wrong type or range of the settings in plain words (validation_lines)."""
+    try:
+        spec = (ctx.registry or get_registry()).get(kind, use)
+    except PluginError:
+        return choose(kind, use, dict(body), ctx, table=table)  # its one line: no such component
+    try:
+        config = spec.config.model_validate(dict(body))
+    except ValidationError as exc:
+        raise ConfigError("; ".join(validation_lines(table, spec.config, exc))) from None
+    return choose(kind, use, config, ctx, table=table)
+
+
+# --- what a misplaced key or table is for ----------------------------------------------------
+
+KIND_WORDS = {"sft": "SFT", "grpo": "GRPO", "rft": "RFT", "data": "data", "eval": "eval", "game": "game"}
+
+
+def article(kind: str) -> str:
+    """"an" sft, rft or eval recipe (as they are read: es-ef-tee, ar-ef-tee, eval), "a" data or grpo one."""
+    return "an" if kind in ("sft", "rft", "eval") else "a"
+
+
+def tables_with_key(key: str, kind: str, data: dict, registry: Registry) -> list[str]:
+    """`table.key` for every table of a `kind` recipe that has setting `key`: its loop tables,
+    and the component tables by the component `data` names (else the default one)."""
+    shape = RECIPE_SHAPES[kind]
+    found = [f"{table}.{key}" for table, ref in shape["settings"].items() if key in import_object(ref).model_fields]
+    for table in shape["required"] + shape["optional"]:
+        body = data.get(table)
+        use = body.get("use") if isinstance(body, dict) else None
+        if not isinstance(use, str):
+            continue
+        try:
+            if key in registry.get(COMPONENT_TABLES[table], use).config.model_fields:
+                found.append(f"{table}.{key}")
+        except EmojikitError:
+            continue
+    return found
+
+
+def misplaced_key(key: str, kind: str, data: dict, registry: Registry) -> str:
+    """A top-level `key = value` that is a setting of a table (`--set learning_rate=1e-4`):
+    which tables have it, or the closest setting of the recipe's loop tables."""
+    import difflib
+
+    found = tables_with_key(key, kind, data, registry)
+    if found:
+        return (f"{key}: not a top-level key (those are {', '.join(TOP_LEVEL_KEYS)}); did you mean {' or '.join(found)}? "
+                f"(--set {found[0]}=..., or under [{found[0].split('.')[0]}] in the recipe)")
+    settings = {f"{t}.{k}": k for t, ref in RECIPE_SHAPES[kind]["settings"].items() for k in import_object(ref).model_fields}
+    close = difflib.get_close_matches(key, list(TOP_LEVEL_KEYS), n=1) or [
+        full for word in difflib.get_close_matches(key, sorted(set(settings.values())), n=1) for full in settings if settings[full] == word
+    ][:1]
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"{key}: not a top-level key of {article(kind)} {kind} recipe{hint}; top-level keys: {', '.join(TOP_LEVEL_KEYS)}; a setting goes in its table, e.g. --set {kind if kind in RECIPE_SHAPES[kind]['settings'] else 'game'}.KEY=VALUE"
+
+
+def foreign_table(table: str, kind: str, data: dict) -> str:
+    """` (SFT settings go in the sft recipe that [grpo] start_from names: recipes/sft.toml)`
+    for a table another kind of recipe uses; "" otherwise."""
+    owners = [k for k, shape in RECIPE_SHAPES.items() if table in shape["settings"]]
+    if not owners:
+        return ""
+    words = KIND_WORDS.get(table, f"[{table}]")
+    ref = UPSTREAM_RECIPE_KEYS.get(kind)
+    named = data.get(ref[0], {}).get(ref[1]) if ref and isinstance(data.get(ref[0]), dict) else None
+    if isinstance(named, str) and named.endswith(".toml"):
+        try:
+            named_kind = tomllib.loads(Path(named).read_text(encoding="utf-8")).get("kind")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            named_kind = None
+        if named_kind in owners:
+            return f" ({words} settings go in the {named_kind} recipe that [{ref[0]}] {ref[1]} names: {named})"
+    which = owners[0] if len(owners) == 1 else ", ".join(owners[:-1]) + " or " + owners[-1]
+    return f" ({words} settings go in {article(owners[0])} {which} recipe" + (f", e.g. recipes/{owners[0]}.toml" if len(owners) == 1 else "") + ")"
 
 
 # --- loading ---------------------------------------------------------------------------
@@ -209,7 +432,8 @@ def load_recipe(
     flags (see resolve_data for the order); `trackers` (--tracker) join [tracking] use."""
     path = Path(path)
     registry = registry or get_registry()
-    data = with_trackers(resolve_data(read_toml(path), overrides or [], choices=choices, settings=settings), trackers)
+    raw, missing = resolve_recipe_paths(read_toml(path), path, registry)  # the file's relative paths (project_root)
+    data = with_trackers(resolve_data(raw, overrides or [], choices=choices, settings=settings), trackers)
     errors: list[str] = []
 
     kind = data.get("kind")
@@ -233,9 +457,11 @@ def load_recipe(
     for key, value in data.items():
         if key in TOP_LEVEL_KEYS:
             continue
-        if key not in allowed_tables:
-            hint = did_you_mean(key, sorted(allowed_tables | set(TOP_LEVEL_KEYS)))
-            errors.append(f"[{key}]: not used by a {kind} recipe{hint}; tables: {', '.join(sorted(allowed_tables))}")
+        if key not in allowed_tables and not isinstance(value, dict):
+            errors.append(misplaced_key(key, kind, data, registry))  # `--set learning_rate=1e-4`: a table's key
+        elif key not in allowed_tables:
+            hint = did_you_mean(key, sorted(allowed_tables | set(TOP_LEVEL_KEYS))) or foreign_table(key, kind, data)
+            errors.append(f"[{key}]: not used by {article(kind)} {kind} recipe{hint}; tables: {', '.join(sorted(allowed_tables))}")
         elif not isinstance(value, dict):
             errors.append(f"{key}: expected a table")
 
@@ -254,7 +480,7 @@ def load_recipe(
             errors.append(f"[{table}] use: required key is missing (the name of a {COMPONENT_TABLES[table]})")
             continue
         try:
-            components[table] = choose(COMPONENT_TABLES[table], use, body, BuildContext(registry=registry), table=table)
+            components[table] = choose_table(COMPONENT_TABLES[table], use, body, BuildContext(registry=registry), table=table)
         except EmojikitError as exc:
             errors.append(str(exc))
 
@@ -267,18 +493,19 @@ def load_recipe(
         try:
             loop_settings[table] = model.model_validate(body)
         except ValidationError as exc:
-            errors.extend(format_validation(table, model, exc))
+            errors.extend(validation_lines(table, model, exc))
 
     trackers = choose_trackers(data.get(TRACKING_TABLE), registry, errors)
 
     if errors:
-        raise ConfigError(f"{path}: " + "; ".join(errors))
+        raise ConfigError(f"{path}: " + "; ".join(_explain_missing(errors, missing, data)))
 
-    recipe = Recipe(path, kind, name, seed, Path(out), components, loop_settings, data, overrides=list(overrides or []), registry=registry, trackers=trackers)
+    recipe = Recipe(path, kind, name, seed, Path(out), components, loop_settings, data, overrides=list(overrides or []), registry=registry, trackers=trackers,
+                    missing_paths=missing)
     # Preflight: declared API keys, files. Still before any model load or network call.
     errors = preflight_errors([*components.values(), *trackers], recipe.context())
     if errors:
-        raise ConfigError(f"{path}: " + "; ".join(errors))
+        raise ConfigError(f"{path}: " + "; ".join(_explain_missing(errors, missing, data)))
     return recipe
 
 
@@ -378,7 +605,21 @@ def check_ready(recipe: Recipe) -> None:
     """What the run would reject before training, checked now (by `validate` and `run`, before
     a run directory is made): the loop module's `preflight(recipe)`, when it has one. It may
     read the datasets and load a tokenizer, never a model."""
+    if recipe.kind == "eval":  # every sender's files, before the first game (not when its turn comes)
+        from emojikit.composition.preflight import check_sender_checkpoints
+
+        try:
+            check_sender_checkpoints(recipe.settings["eval"].checkpoints, "[eval] checkpoints")
+        except EmojikitError as exc:
+            raise type(exc)(f"{recipe.path}: {exc}") from None
     module, _, _ = RECIPE_SHAPES[recipe.kind]["runner"].partition(":")
     preflight = getattr(importlib.import_module(module), "preflight", None)
     if preflight is not None:
-        preflight(recipe)
+        try:
+            preflight(recipe)
+        except EmojikitError as exc:  # a relative path of the recipe found nowhere: where it was looked for
+            text = str(exc)
+            where = next((p.where() for p in recipe.missing_paths if p.value in text and "looked for at" not in text), None)
+            if where is None:
+                raise
+            raise type(exc)(f"{text} ({where})") from None

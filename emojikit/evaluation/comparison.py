@@ -107,6 +107,9 @@ def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optio
         table += f"\n## Under the `{name}` judge (the senders above; base left out)\n\n" + game_markdown(on_heldout)
         table += "".join(f"\n### {path} ({entry['which']})\n\n" + game_markdown(entry) for path, entry in results["readers"][name]["compare_files"].items())
     table = summary_markdown(results) + "\n" + table
+    table += (f"\nOne run, seed {recipe.seed}: a difference of a few points between sft and grpo here is within what another seed "
+              "or CPU moves; `emojikit sweep` runs the recipe over seeds with paired tests (docs/experiments/rl-other-reader.md "
+              "has the spread of this RL stage over seeds).\n")
     atomic_write_text(run_dir.file(f"{STEM}.json"), json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(run_dir.file(f"{STEM}.md"), table)
     game_chart(results, run_dir.file(f"{STEM}.png"))

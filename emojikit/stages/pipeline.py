@@ -11,8 +11,10 @@ from the stage.json in its run directory and the stage's fingerprint (emojikit.s
           a directory holding another run is never written to
   skip    an upstream stage whose downstream is reused (its output is not needed)
 
-Recipe paths inside recipes, like every other path in them, are relative to the working
-directory. --set applies to the named recipe only.
+Recipe paths inside recipes, like every other path a recipe reads, are looked up in the working
+directory, else under the recipe's project root (composition.recipe.resolve_recipe_paths), so
+`emojikit run /path/to/recipes/grpo.toml` finds recipes/sft.toml from anywhere; run directories
+(`out`) are relative to the working directory. --set applies to the named recipe only.
 """
 
 from __future__ import annotations

@@ -338,3 +338,38 @@ def run_kind(run: Path) -> Optional[str]:
         return kind if isinstance(kind, str) else None
     except (OSError, ValueError):
         return None
+
+
+# Run kinds whose run directories hold checkpoints (a sender), and what the others hold.
+CHECKPOINT_RUN_KINDS = ("sft", "grpo", "rft")
+RUN_HOLDS = {"data": "datasets (sft_train.jsonl, sft_test.jsonl, rl_prompts.jsonl, ...)", "eval": "reports (eval.md, eval.json, ...)"}
+
+
+def not_a_sender_run(ref: str) -> Optional[str]:
+    """Why `ref` is a run directory that can hold no checkpoint (a data or eval run), else None."""
+    path = Path(ref)
+    if not is_run_dir(path) or is_checkpoint_dir(path) or latest_checkpoint(path) is not None:
+        return None
+    kind = run_kind(path)
+    if kind is None or kind in CHECKPOINT_RUN_KINDS:
+        return None
+    holds = RUN_HOLDS.get(kind, "no checkpoints")
+    kinds = ", ".join(CHECKPOINT_RUN_KINDS[:-1]) + " and " + CHECKPOINT_RUN_KINDS[-1]
+    return f"{ref}: a {kind} run directory, not a training run: it holds {holds}, no checkpoint; checkpoints come from {kinds} runs, e.g. runs/sft or runs/grpo"
+
+
+def sender_checkpoint(ref: str, flag: str = "--checkpoint", others: str = 'or "base"') -> str:
+    """A sender reference given on the command line (`flag`), checked before any model loads:
+    a data or eval run directory is named as such, a run directory means its final checkpoint,
+    and that checkpoint's files must be intact (callers pass "base" on before this). One
+    InputFileError line otherwise."""
+    from emojikit.composition.preflight import check_checkpoint_files
+
+    if (problem := not_a_sender_run(ref)) is not None:
+        raise InputFileError(f"{flag} {problem}")
+    try:
+        checkpoint = resolve_checkpoint(ref)  # a run directory means its final checkpoint
+    except InputFileError as exc:
+        raise InputFileError(f"{flag} {exc}; give a checkpoint or run directory, {others}") from None
+    check_checkpoint_files(checkpoint)  # a damaged file is named before any model loads
+    return checkpoint

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import time
 from pathlib import Path
@@ -20,14 +21,15 @@ from emojikit.api.errors import InputFileError
 from emojikit.support.io import read_jsonl_numbered
 
 MAKE_DATA = "emojikit run recipes/data.toml"
+DEFAULT_DATA_FILES = (Path("runs/data/sft_train.jsonl"), Path("runs/data/sft_test.jsonl"))  # what recipes/data.toml makes
 
 
 class SFTSettings(ConfigModel):
     data: Optional[Path] = Field(
         None, description="The data recipe that makes train_file and test_file (e.g. recipes/data.toml): emojikit run runs it first when its run is missing or stale; a plain train_file/test_file still wins."
     )
-    train_file: Path = Field(Path("runs/data/sft_train.jsonl"), description="Chat-format JSONL made by a data recipe.")
-    test_file: Path = Field(Path("runs/data/sft_test.jsonl"), description="Held-out chat-format JSONL (eval NLL, final report).")
+    train_file: Path = Field(DEFAULT_DATA_FILES[0], description="Chat-format JSONL made by a data recipe.")
+    test_file: Path = Field(DEFAULT_DATA_FILES[1], description="Held-out chat-format JSONL (eval NLL, final report).")
     max_train_examples: Optional[int] = Field(None, ge=1, description="Use only the first N training examples.")
     batch_size: int = Field(16, ge=1, description="Chats per optimizer step.")
     learning_rate: float = Field(3e-3, gt=0, description="Peak Adam learning rate of the LoRA weights.")
@@ -49,7 +51,9 @@ class SFTSettings(ConfigModel):
     @classmethod
     def _exists(cls, path: Path) -> Path:
         if not path.exists():
-            raise ValueError(f"file not found: {path} (make it with: {MAKE_DATA})")
+            # Only the default data run's files are made by the data recipe; a file of one's own is just not there.
+            made_by_data = os.path.abspath(path) in {os.path.abspath(f) for f in DEFAULT_DATA_FILES}
+            raise ValueError(f"file not found: {path}" + (f" (make it with: {MAKE_DATA})" if made_by_data else ""))
         load_chats(path)  # a bad line fails here, naming file:line, before a run directory is made
         return path
 

@@ -125,11 +125,27 @@ def run(recipe: Path, overrides: tuple[str, ...], resume: bool, no_upstream: boo
 def validate(recipe: Path, overrides: tuple[str, ...]):
     """Check RECIPE (every component config and input file) without running it."""
     from emojikit.composition.recipe import check_ready, load_recipe
+    from emojikit.stages.pipeline import upstream_overrides, upstream_ref
 
     loaded = load_recipe(recipe, list(overrides))
-    check_ready(loaded)
+    note = ""
+    ref = upstream_ref(loaded)
+    if loaded.kind == "sft" and ref is not None:
+        # [sft] data names the data recipe: its finished run's files are what the run reads.
+        named = load_recipe(ref[2])  # the data recipe is valid too
+        try:
+            extra = upstream_overrides(recipe, list(overrides))
+        except EmojikitError:
+            extra = None
+        if extra is None:
+            check_ready(named)
+            note = f"; [sft] train_file and test_file come from {ref[2]}, which has no finished run yet: `emojikit run {recipe}` runs it first"
+        else:
+            check_ready(load_recipe(recipe, list(overrides) + extra))
+    else:
+        check_ready(loaded)
     parts = ", ".join(f"{t}={c.spec.name}" for t, c in loaded.components.items())
-    click.echo(f"{recipe}: ok ({loaded.kind}: {parts}; run directory {loaded.out})")
+    click.echo(f"{recipe}: ok ({loaded.kind}: {parts}; run directory {loaded.out}{note})")
 
 
 @cli.command("list-plugins")
@@ -236,28 +252,21 @@ def describe(kind: str, name: str | None):
 @friendly_errors
 def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, temperature: float, out: Path | None):
     """Format compliance of sampled answers on held-out prompts, with and without the emoji mask."""
-    from emojikit.api.errors import ConfigError, InputFileError
+    from emojikit.api.errors import ConfigError
     from emojikit.evaluation.evaluate import format_report, write_report
     from emojikit.stages.pipeline import upstream_overrides
     from emojikit.composition.recipe import load_recipe
     from emojikit.training.sft import load_chats
 
+    if checkpoint != "base":
+        from emojikit.stages.runs import sender_checkpoint
+
+        checkpoint = sender_checkpoint(checkpoint)  # a run directory: its final checkpoint, files checked before any model loads
     recipe = load_recipe(recipe_path, list(overrides))
     if recipe.kind == "sft":  # [sft] data = "recipes/data.toml": that data run's sft_test.jsonl, wherever it ran
         recipe = load_recipe(recipe_path, list(overrides) + upstream_overrides(recipe_path, list(overrides)))
     if recipe.kind != "sft":
         raise ConfigError(f"{recipe_path}: eval-sft needs an sft recipe (its [sft] test_file and max_new_tokens), got kind = {recipe.kind!r}; pass --recipe recipes/sft.toml")
-    if checkpoint != "base":
-        from emojikit.stages.runs import resolve_checkpoint
-
-        try:
-            checkpoint = resolve_checkpoint(checkpoint)  # a run directory means its final checkpoint
-        except InputFileError as exc:
-            raise InputFileError(f"--checkpoint {exc}; give a checkpoint or run directory, or \"base\"") from None
-    if checkpoint != "base":
-        from emojikit.composition.preflight import check_checkpoint_files
-
-        check_checkpoint_files(checkpoint)  # a damaged file is named before any model loads
     if out is not None:
         from emojikit.support.io import check_writable
 
@@ -290,12 +299,18 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
 @friendly_errors
 def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judge, overrides, out, human_games, repair_states):
     """The held-out retrieval game for several checkpoints: same targets, judge and seed."""
+    from emojikit.api.errors import InputFileError
     from emojikit.composition.recipe import load_recipe
     from emojikit.stages.runs import RunDir
 
     if repair_states is not None:
         return repair_eval(recipe_path, repair_states, checkpoints, judge, overrides, out, conflicting=targets or n_targets or human_games)
 
+    from emojikit.stages.runs import not_a_sender_run
+
+    for checkpoint in checkpoints:  # a data run is named as one ([eval] checkpoints' own check says less)
+        if (problem := not_a_sender_run(checkpoint)) is not None:
+            raise InputFileError(f"--checkpoint {problem}")
     people = None
     if human_games is not None:
         from emojikit.evaluation.human_games import checkpoints_played, read_games
@@ -427,8 +442,11 @@ def mask(model: str, export: Path | None, decoder_name: str, overrides: tuple[st
     from emojikit.composition.recipe import parse_override
 
     if export is not None:
+        from emojikit.api.errors import OutputError
         from emojikit.support.io import check_writable
 
+        if export.is_dir():  # named now, not by the temporary file beside it after the binding work
+            raise OutputError(f"--export {export}: is a directory, expected a file to write (e.g. {export / 'mask.npz'})")
         check_writable(export.parent, "the --export location")  # before the binding work
     settings = {}
     for text in overrides:
@@ -457,8 +475,9 @@ def mask(model: str, export: Path | None, decoder_name: str, overrides: tuple[st
 @click.option("--seed", type=click.IntRange(0, SEED_MAX), default=None, help="Seed for the message choice and sampling (default: random).")
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE", help="Override a recipe value (repeatable).")
 @click.option("--human", is_flag=True, help="You are the guesser: type a guess per line (stdin) after each emoji turn; a score at the end.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the turns: every turn, the judge's pool size and the reward's parts.")
 @friendly_errors
-def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_turns, temperature, seed, overrides, human):
+def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_turns, temperature, seed, overrides, human, as_json):
     """Watch the sender and the judge play one message, turn by turn (or guess yourself with --human)."""
     from emojikit.ui.interactive import default_sender, watch
 
@@ -473,10 +492,13 @@ def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_
 
         if judge:
             raise click.UsageError("--judge has no effect with --human: you are the judge")
+        if as_json:
+            raise click.UsageError("--json is for watching a game; with --human, the score line is the result")
         choices.pop("judge")
         run_human_play(recipe_path, message=message, checkpoint=checkpoint, choices=choices, overrides=overrides, max_turns=max_turns, temperature=temperature, seed=seed, stream=sys.stdin, echo=click.echo)
         return
-    watch(recipe_path, message=message, checkpoint=checkpoint, choices=choices, overrides=overrides, max_turns=max_turns, temperature=temperature, seed=seed, echo=click.echo)
+    watch(recipe_path, message=message, checkpoint=checkpoint, choices=choices, overrides=overrides, max_turns=max_turns, temperature=temperature, seed=seed, echo=click.echo,
+          as_json=as_json)
 
 
 @cli.command()

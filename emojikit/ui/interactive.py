@@ -15,13 +15,13 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 
 from pydantic import ValidationError
 
-from emojikit.composition.assembly import COMPONENT_TABLES, ComponentChoice, choose, construct, context, format_validation, preflight_errors
-from emojikit.api.components import BuildContext, Episode, EpisodeTurn, Message, is_success, success_threshold
+from emojikit.composition.assembly import COMPONENT_TABLES, ComponentChoice, construct, context, preflight_errors
+from emojikit.api.components import BuildContext, CandidatePool, Episode, EpisodeTurn, Message, add_candidates, is_success, success_threshold
 from emojikit.api.errors import ConfigError, EmojikitError, InputFileError
 from emojikit.api.format import format_of
 from emojikit.play.game import GameSettings, play, sender_prompt
 from emojikit.api.policy import ChatMessages, SamplingParams
-from emojikit.composition.recipe import read_toml, resolve_data
+from emojikit.composition.recipe import choose_table, read_toml, resolve_data, resolve_recipe_paths, validation_lines
 from emojikit.composition.registry import Registry
 
 # The component each table gets when neither the recipe nor a flag names one.
@@ -64,6 +64,8 @@ def build_parts(
     stop `chat`. The build seed is the recipe's `seed` (or `seed` without a recipe).
     """
     raw = read_toml(Path(recipe_path)) if recipe_path is not None else {}
+    if recipe_path is not None:  # relative paths of the file: the current directory, else the recipe's project root
+        raw, _ = resolve_recipe_paths(raw, Path(recipe_path), registry)
     where = f"{recipe_path}: " if recipe_path is not None else ""
     if needs_game and recipe_path is not None and raw.get("kind") not in ("grpo", "rft", "eval"):
         raise ConfigError(f"{where}a {raw.get('kind')} recipe has no game; use a grpo, rft or eval recipe")
@@ -84,13 +86,13 @@ def build_parts(
         body = dict(data[table])
         use = body.pop("use", None) or DEFAULTS[table]
         try:
-            picked[table] = choose(COMPONENT_TABLES[table], use, body, ctx, table=table)
+            picked[table] = choose_table(COMPONENT_TABLES[table], use, body, ctx, table=table)
         except EmojikitError as exc:
             errors.append(str(exc))
     try:
         game = GameSettings.model_validate(data["game"])
     except ValidationError as exc:
-        errors.extend(format_validation("game", GameSettings, exc))
+        errors.extend(validation_lines("game", GameSettings, exc))
         game = GameSettings()
     if errors:
         raise ConfigError(where + "; ".join(errors))
@@ -112,16 +114,10 @@ def check_checkpoint(checkpoint: Optional[str]) -> Optional[str]:
     any model loads."""
     if checkpoint in (None, "", "base"):
         return None
-    from emojikit.stages.runs import resolve_checkpoint
+    from emojikit.stages.runs import sender_checkpoint
 
-    try:
-        checkpoint = resolve_checkpoint(checkpoint)  # a run directory means its final checkpoint
-    except InputFileError as exc:
-        raise InputFileError(f"--checkpoint {exc}; give a checkpoint or run directory, or \"base\"") from None
-    from emojikit.composition.preflight import check_checkpoint_files
-
-    check_checkpoint_files(checkpoint)  # a damaged file is named before any model loads
-    return str(checkpoint)
+    # A data run is named as one; a run directory means its final checkpoint, whose files are checked.
+    return str(sender_checkpoint(checkpoint))
 
 
 def default_sender(checkpoint: Optional[str], runs_root: Path = Path("runs"), say: Echo = print) -> str:
@@ -355,6 +351,45 @@ def run_human_play(
 # --- watch: `emojikit play` ------------------------------------------------------------------
 
 
+def candidate_count(judge: Any) -> Optional[int]:
+    """How many messages a pool judge (retrieval, keywords, ...) picks its guess from; None for
+    a judge that writes its guess freely."""
+    if not isinstance(judge, CandidatePool):
+        return None
+    candidates = getattr(judge, "candidates", None)
+    return len(candidates) if isinstance(candidates, (list, tuple, dict, set)) else None
+
+
+def judge_line(name: str, judge: Any) -> str:
+    """What the judge guesses from: `play`'s line before the first turn."""
+    n = candidate_count(judge)
+    if n is None:
+        return f"judge    {name} writes its guess freely (no list of candidates)"
+    repeats = "" if getattr(judge, "repeat_guesses", True) else ", never the same one twice"
+    others = f"{n - 1} other" + ("s" if n != 2 else "")
+    return f"judge    {name} picks its guess from {n} messages: yours and {others}{repeats}"
+
+
+def result_line(episode: Episode, max_turns: int, threshold: float, candidates: Optional[int]) -> str:
+    """The outcome of a watched game in words: who won on which turn, out of how many
+    candidates, and the reward's total (its parts: play --json)."""
+    reward = f"; reward {episode.reward['total']:.2f}" if "total" in episode.reward else ""
+    n = len(episode.turns)
+    if not episode.turns:
+        return f"result   no turn was played{reward}"
+    last = episode.turns[-1]
+    if episode.success:
+        if candidates is not None and last.guess.strip() == episode.target.strip():
+            how = f"the judge picked your message out of {candidates} candidates"
+        else:
+            how = f'the judge guessed "{last.guess}" (similarity {last.similarity:.2f}, success at {threshold:.2f})'
+        return f"result   won on turn {n} of {max_turns}: {how}{reward}"
+    if episode.failed:
+        return f"result   the judge gave no guess on turn {n} (it failed after its retries){reward}"
+    best = max(episode.turns, key=lambda t: t.similarity)
+    return f'result   not guessed in {n} turn{"s" if n != 1 else ""}: the closest guess was "{best.guess}" (similarity {best.similarity:.2f}, success at {threshold:.2f}){reward}'
+
+
 def watch(
     recipe_path: Optional[Path] = None,
     *,
@@ -366,8 +401,14 @@ def watch(
     temperature: float = 0.7,
     seed: Optional[int] = None,
     echo: Echo = print,
+    as_json: bool = False,
 ) -> Episode:
-    """Play one message with the sender and the judge, printing each turn as it happens."""
+    """Play one message with the sender and the judge, printing each turn as it happens (or,
+    with `as_json`, one JSON object at the end: every turn and the reward's parts)."""
+    import json
+
+    from emojikit.play.game import episode_to_json
+
     check_checkpoint(checkpoint)
     seed = random.randrange(2**31) if seed is None else seed
     tables = ["backend", "decoder", "judge", "reward"] + ([] if message is not None else ["prompts"])
@@ -375,20 +416,29 @@ def watch(
     parts = build_parts(recipe_path, tables, choices=choices, overrides=overrides, settings=settings, seed=seed, needs_game=True)
     load_checkpoint(parts["backend"], checkpoint)
     target = pick_target(parts, message, seed)
-    echo(f"message  {target.text}")
+    say = (lambda line: None) if as_json else echo
+    judge, judge_name = parts["judge"], parts.choices["judge"].spec.name
+    add_candidates(judge, [target.text])  # the game adds it too: here, so the pool size is the game's
+    candidates = candidate_count(judge)
+    say(f"message  {target.text}")
+    say(judge_line(judge_name, judge))
 
     def show(turn_number: int, episodes: list[Episode]) -> None:
         t = episodes[0].turns[-1]
         mark = "" if t.valid else "  (not valid emoji)"
-        echo(f"turn {turn_number}   sender  {t.emoji}{mark}")
+        say(f"turn {turn_number}   sender  {t.emoji}{mark}")
         verdict = "  -> success" if episodes[0].success else ""
-        echo(f'         judge   "{t.guess}"  similarity {t.similarity:.3f}{verdict}')
+        say(f'         judge   "{t.guess}"  similarity {t.similarity:.3f}{verdict}')
 
     (episode,) = play(
-        parts["backend"], parts["decoder"], parts["judge"], parts["reward"], [target],
+        parts["backend"], parts["decoder"], judge, parts["reward"], [target],
         settings=parts.game, sampling=SamplingParams(temperature=temperature, seed=seed), on_turn=show,
     )
-    outcome = f"success on turn {len(episode.turns)}" if episode.success else f"no success in {len(episode.turns)} turns"
-    details = ", ".join(f"{k} {v:.3f}" for k, v in episode.reward.items() if k != "total")
-    echo(f"result   {outcome}; reward {episode.reward.get('total', 0.0):.3f} ({details})")
+    threshold = success_threshold(parts["reward"])
+    if as_json:
+        row = {"message": target.text, "checkpoint": checkpoint or "base", "judge": judge_name, "candidates": candidates,
+               "max_turns": parts.game.max_turns, "success_threshold": threshold, "seed": seed, **episode_to_json(episode)}
+        echo(json.dumps(row, ensure_ascii=False))
+    else:
+        echo(result_line(episode, parts.game.max_turns, threshold, candidates))
     return episode

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from emojikit.support.io import atomic_path
+from emojikit.support.io import atomic_path, writing
 
 from .constraint import EmojiConstraint
 
@@ -55,7 +55,8 @@ def explore(constraint: EmojiConstraint) -> dict[str, np.ndarray]:
 
 
 def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+    # A failure names `path`, the file asked for, never the temporary file beside it.
+    with writing(path, "writing the mask export", name_path=True), atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez_compressed(f, **arrays)
 
 

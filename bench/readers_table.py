@@ -1,0 +1,101 @@
+"""Paired gains of RL senders over their start, under several readers, from `emojikit eval` reports.
+
+Each eval.json holds the same held-out targets played by the start, the RL seeds, a control and
+the teacher under one judge (same seed, same pool). For every judge this prints success,
+first-turn success and repair rate per sender; the RL seeds' mean and spread (std between seeds);
+each seed's paired gain over the start with its exact McNemar p; the pooled paired test (all seeds'
+target-level outcomes against the start's, McNemar on the pooled discordant pairs); and the
+control's gain. The generic share and format violations come from the same reports.
+
+    python bench/readers_table.py --start runs/sft --seeds runs/rl/grpo-seed0 runs/rl/grpo-seed1 runs/rl/grpo-seed2 \
+        --control runs/rl/sft-control runs/rl/eval-keywords/eval.json runs/rl/eval-retrieval/eval.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from emojikit.evaluation.repair import mcnemar_exact, paired_comparison
+
+
+def first_turn_wins(entry: dict) -> list[bool]:
+    return [bool(ep["success"]) and ep["n_turns"] == 1 for ep in entry["per_target"]]
+
+
+def find(checkpoints: dict, ref: str) -> tuple[str, dict]:
+    """The report's entry for a checkpoint given as a run directory or a checkpoint path."""
+    for name, entry in checkpoints.items():
+        if name == ref or name.startswith(ref.rstrip("/") + "/"):
+            return name, entry
+    raise SystemExit(f"{ref}: not among the report's checkpoints ({', '.join(checkpoints)})")
+
+
+def judge_rows(report: dict, start: str, seeds: list[str], control: str | None) -> dict:
+    checkpoints = report["checkpoints"]
+    _, base = find(checkpoints, start)
+    start_wins = base["per_target_success"]
+    rows = {"start": base["masked"]}
+    gains, first_gains, a_only, b_only = [], [], 0, 0
+    per_seed = []
+    for ref in seeds:
+        _, entry = find(checkpoints, ref)
+        paired = paired_comparison(entry["per_target_success"], start_wins)
+        first = paired_comparison(first_turn_wins(entry), first_turn_wins(base))
+        a_only, b_only = a_only + paired["a_only"], b_only + paired["b_only"]
+        gains.append(paired["difference"])
+        first_gains.append(first["difference"])
+        per_seed.append({"ref": ref, **entry["masked"], "gain": paired["difference"], "p": paired["mcnemar_p"], "first_turn_gain": first["difference"]})
+    out = {"targets": report["targets"], "judge": report["judge"], "start": base["masked"], "seeds": per_seed,
+           "gain_mean": statistics.fmean(gains), "gain_std": statistics.pstdev(gains), "first_turn_gain_mean": statistics.fmean(first_gains),
+           "pooled": {"rl_only": a_only, "start_only": b_only, "mcnemar_p": mcnemar_exact(a_only, b_only)}}
+    if control:
+        _, entry = find(checkpoints, control)
+        out["control"] = {**entry["masked"], **{k: v for k, v in paired_comparison(entry["per_target_success"], start_wins).items() if k in ("difference", "mcnemar_p")}}
+    teacher = next((e for n, e in checkpoints.items() if n.startswith("teacher:")), None)
+    if teacher:
+        out["teacher"] = teacher["masked"]
+    return out
+
+
+def markdown(rows: dict) -> str:
+    lines = []
+    for judge, r in rows.items():
+        lines += [f"### `{judge}`: {r['targets']} targets", "",
+                  "| sender | success | first turn | repair rate | generic share | paired gain over the start (McNemar p) |", "|---|---|---|---|---|---|"]
+        cell = lambda m: f"{m['success_rate']:.3f} | {m['first_turn_success']:.3f} | {m['repair_rate']:.3f} | {m.get('generic_share', float('nan')):.2f}"
+        lines.append(f"| start | {cell(r['start'])} | |")
+        for s in r["seeds"]:
+            lines.append(f"| {s['ref']} | {cell(s)} | {s['gain']:+.3f} (p {s['p']:.2g}) |")
+        succ = [s["success_rate"] for s in r["seeds"]]
+        lines.append(f"| RL, mean (std) of {len(succ)} seeds | {statistics.fmean(succ):.3f} ({statistics.pstdev(succ):.3f}) | "
+                     f"{statistics.fmean(s['first_turn_success'] for s in r['seeds']):.3f} | {statistics.fmean(s['repair_rate'] for s in r['seeds']):.3f} | | "
+                     f"{r['gain_mean']:+.3f} (std {r['gain_std']:.3f}); pooled p {r['pooled']['mcnemar_p']:.2g} ({r['pooled']['rl_only']} vs {r['pooled']['start_only']}) |")
+        if "control" in r:
+            c = r["control"]
+            lines.append(f"| equal-compute SFT control | {cell(c)} | {c['difference']:+.3f} (p {c['mcnemar_p']:.2g}) |")
+        if "teacher" in r:
+            lines.append(f"| teacher | {cell(r['teacher'])} | |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("reports", nargs="+", type=Path, help="eval.json files, one per judge")
+    parser.add_argument("--start", required=True)
+    parser.add_argument("--seeds", nargs="+", required=True)
+    parser.add_argument("--control")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = {}
+    for path in args.reports:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        rows[report["judge"]] = judge_rows(report, args.start, args.seeds, args.control)
+    print(json.dumps(rows, indent=1) if args.json else markdown(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -5,7 +5,7 @@ the teacher under one judge (same seed, same pool). For every judge this prints 
 first-turn success and repair rate per sender; the RL seeds' mean and spread (std between seeds);
 each seed's paired gain over the start with its exact McNemar p; the pooled paired test (all seeds'
 target-level outcomes against the start's, McNemar on the pooled discordant pairs); and the
-control's gain. The generic share and format violations come from the same reports.
+control's gain. The generic share comes from the same reports.
 
     python bench/readers_table.py --start runs/sft --seeds runs/rl/grpo-seed0 runs/rl/grpo-seed1 runs/rl/grpo-seed2 \
         --control runs/rl/sft-control runs/rl/eval-keywords/eval.json runs/rl/eval-retrieval/eval.json
@@ -93,6 +93,8 @@ def main() -> None:
     rows = {}
     for path in args.reports:
         report = json.loads(path.read_text(encoding="utf-8"))
+        if report["judge"] in rows:
+            raise SystemExit(f"{path}: a second report of judge {report['judge']}; give one per judge")
         rows[report["judge"]] = judge_rows(report, args.start, args.seeds, args.control)
     print(json.dumps(rows, indent=1) if args.json else markdown(rows))
 

@@ -46,13 +46,24 @@ def test_a_panel_never_repeats_a_guess_and_reports_its_belief(readers):
     assert logp is not None and other is not None and logp > other and logp <= 0
 
 
-def test_the_min_panel_is_the_least_convinced_reader():
-    """A candidate only one reader finds close scores low under min: the panel's min is never above any reader's cosine."""
-    cldr, keywords = RetrievalJudge(POOL), KeywordsJudge(POOL)
-    low = PanelJudge([RetrievalJudge(), KeywordsJudge()], POOL, combine="min")
-    views = [JudgeView(["🏖️🌊"]), JudgeView(["❌🚗"])]
-    combined, _ = low._scores(views)
-    assert np.all(combined <= cldr._scores(views)[0] + 1e-6) and np.all(combined <= keywords._scores(views)[0] + 1e-6)
+class Unreadable(RetrievalJudge):
+    """A reader with nothing to read in any view (keywords for emoji it has none for, say)."""
+
+    def _scores(self, views):
+        scores, _ = super()._scores([JudgeView([""], v.guesses) for v in views])
+        return scores, np.zeros(len(views), dtype=bool)
+
+
+@pytest.mark.parametrize("combine", ["mean", "min"])
+def test_a_reader_that_cannot_read_abstains_instead_of_flattening_the_others(readers, combine):
+    cldr, _ = readers
+    views = [JudgeView(["🍕🍽️"]), JudgeView(["🌧️☂️"], guesses=[POOL[1]])]
+    panel = PanelJudge([RetrievalJudge(), Unreadable()], POOL, combine=combine)
+    scores, readable = panel._scores(views)
+    np.testing.assert_allclose(scores, cldr._scores(views)[0], atol=1e-6)  # the panel reads as the one reader that can
+    assert readable.all() and panel.guess(views[:1]) == [POOL[0]] and scores[1, 1] == -np.inf
+    nobody = PanelJudge([Unreadable(), Unreadable()], POOL, combine=combine)
+    assert nobody.guess(views) == ["", ""]  # nothing to read: no guess, as for one reader
 
 
 def test_panel_is_built_from_a_recipe_table_with_one_pool():

@@ -55,20 +55,27 @@ def comparison_recipe(recipe):
     return replace(recipe, components={**recipe.components, "backend": backend}, settings={**recipe.settings, "game": game})
 
 
+def carried_judge_settings(written: dict, name: str, registry) -> dict:
+    """The settings a recipe's [judge] table writes (not its defaults) that judge `name` also has:
+    the pool (distractors, pool_file, ...), so that every reader draws the same one."""
+    fields = registry.get("judge", name).config.model_fields
+    return {key: value for key, value in written.items() if key != "use" and key in fields}
+
+
 def reader_recipe(recipe, name: str):
-    """The comparison's recipe with judge `name` in the [judge] table: it keeps the settings of the
-    recipe's judge that it has (distractors, pool_file, ...), so every reader draws the same pool."""
+    """The comparison's recipe with judge `name` in the [judge] table, with the settings of the
+    recipe's judge that it has (carried_judge_settings)."""
     from emojikit.composition.assembly import choose, preflight
 
     judge = recipe.components["judge"]
     if name == judge.spec.name:
-        return recipe
+        raise ConfigError(f"{recipe.path}: [grpo] compare_judges: `{name}` is the judge the run trains against; the comparison plays it already")
     ctx = recipe.context()
+    written = judge.config.model_dump(include=judge.config.model_fields_set)
     try:
-        fields = ctx.registry.get("judge", name).config.model_fields
+        kept = carried_judge_settings(written, name, ctx.registry)
     except EmojikitError as exc:
         raise ConfigError(f"{recipe.path}: [grpo] compare_judges: {exc}") from None
-    kept = {key: value for key, value in judge.config.model_dump().items() if key in fields}
     try:
         choice = choose("judge", name, kept, ctx, table="grpo: compare_judges")
         preflight(choice, ctx)  # its API key and files, before anything trains

@@ -156,9 +156,12 @@ def eval_recipe_for(run_recipe, judge: str, max_turns: int, out: Path):
     """The run's own components (backend, decoder, reward, prompts) with `judge` swapped in,
     as an eval recipe written to out/eval-<judge>.toml (kept: it is what was measured)."""
     from emojikit.composition.recipe import dump_toml, load_recipe
+    from emojikit.evaluation.comparison import carried_judge_settings
 
     data = {k: v for k, v in run_recipe.data.items() if k not in ("grpo", "judge", "kind", "name", "out")}
-    data["judge"] = run_recipe.data["judge"] if judge == run_recipe.data.get("judge", {}).get("use") else {"use": judge}
+    written = run_recipe.data.get("judge", {})
+    # Another reader keeps the run's pool settings (distractors, pool_file), so the readers are compared on one pool.
+    data["judge"] = written if judge == written.get("use") else {"use": judge, **carried_judge_settings(written, judge, run_recipe.context().registry)}
     data["game"] = {**data.get("game", {}), "max_turns": max_turns}
     data["backend"] = {k: v for k, v in data["backend"].items() if k != "init_from"}
     path = out / f"eval-{judge}.toml"

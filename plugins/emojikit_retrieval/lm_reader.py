@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 from pydantic import Field
 
+from emojikit.api import emojis
 from emojikit.api.components import BuildContext, JudgeView
 from emojikit.play.guesses import clean_guess
 from emojikit.support.bundled import SMOLLM2
@@ -27,6 +28,7 @@ from emojikit_retrieval.retrieval import RetrievalConfig, RetrievalJudge, draw_d
 
 
 class LMReaderConfig(RetrievalConfig):
+    later_turn_weight: float = Field(1.5, gt=0, description="Not read by this judge: the model reads every turn at once and writes one message.")
     model: str = Field(SMOLLM2, description="A local chat model: bundled:smollm2-135m-instruct, a directory, or a cached Hugging Face id.")
     show: str = Field("emoji", pattern="^(emoji|names|both)$", description='What the model sees of each emoji: the emoji itself '
                       '(default: a reading of its own), its CLDR name, or both.')
@@ -48,7 +50,7 @@ class LMReaderJudge(RetrievalJudge):
     def readings(self, views: Sequence[JudgeView]) -> list[str]:
         """The model's sentence for each view ("" for a view without emoji), generated once per state."""
         keys = [(tuple(v.emoji_turns), tuple(v.guesses)) for v in views]
-        todo = list(dict.fromkeys(k for k, v in zip(keys, views) if k not in self._written and any(t.strip() for t in v.emoji_turns)))
+        todo = list(dict.fromkeys(k for k, v in zip(keys, views) if k not in self._written and any(emojis.split(t) for t in v.emoji_turns)))
         size = self.writer.cfg.batch_size
         for start in range(0, len(todo), size):
             batch = todo[start : start + size]

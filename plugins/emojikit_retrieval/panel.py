@@ -13,6 +13,7 @@ panel's pool: distractors are drawn once, by the panel, and every candidate goes
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal, Sequence
 
 import numpy as np
@@ -68,10 +69,21 @@ class PanelJudge(RetrievalJudge):
     def _scores(self, views: Sequence[JudgeView]) -> tuple[np.ndarray, np.ndarray]:
         per_reader = [reader._scores(views) for reader in self.readers]
         scores_R_B_P = np.stack([scores for scores, _ in per_reader])
-        readable_B = np.logical_or.reduce([readable for _, readable in per_reader])
+        readable_R_B = np.stack([readable for _, readable in per_reader])
+        # A reader that cannot read a view (no keyword for its emoji, a reading without words)
+        # scores every candidate 0: it abstains, or under "min" it would flatten the others' scores.
+        voting_R_B_P = np.where(readable_R_B[:, :, None], scores_R_B_P, np.nan)
+        readable_B = readable_R_B.any(axis=0)
+        voting_R_B_P[:, ~readable_B] = scores_R_B_P[:, ~readable_B]  # nobody reads it: every score is 0 (or -inf)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a column of earlier guesses: -inf stays -inf
+            combined_B_P = np.nanmean(voting_R_B_P, axis=0) if self.combine == "mean" else np.nanmin(voting_R_B_P, axis=0)
         # Earlier guesses are -inf for every reader alike, so both combinations keep them out.
-        combined_B_P = scores_R_B_P.mean(axis=0) if self.combine == "mean" else scores_R_B_P.min(axis=0)
-        return combined_B_P.astype(np.float32), readable_B
+        return np.where(np.isnan(combined_B_P), -np.inf, combined_B_P).astype(np.float32), readable_B
+
+
+def not_a_pool_reader(name: str) -> str:
+    return f"readers: `{name}` is not a pool reader; a panel combines the scores of pool readers (retrieval, keywords, lm-reader)"
 
 
 def reader_settings(cfg: PanelConfig) -> dict:
@@ -90,8 +102,7 @@ def preflight(cfg: PanelConfig, ctx: BuildContext) -> None:
         except PluginError as exc:
             raise PluginError(f"[{table}] {exc}") from None
         if not issubclass(spec.config, RetrievalConfig):
-            raise ConfigError(f"readers: `{name}` is not a pool reader (its settings are not a retrieval judge's); "
-                              "a panel combines pool readers' scores: retrieval, keywords, lm-reader")
+            raise ConfigError(not_a_pool_reader(name))
         choose("judge", name, reader_settings(cfg), ctx, table=table)
     pool_preflight(cfg, ctx)
 
@@ -102,9 +113,8 @@ def build(cfg: PanelConfig, ctx: BuildContext) -> PanelJudge:
     readers = []
     for name in cfg.readers:
         reader = build_component("judge", name, shared, ctx, table=f"judge: readers: {name}")
-        if not isinstance(reader, RetrievalJudge):
-            raise ConfigError(f"readers: `{name}` is not a pool reader (a judge built on RetrievalJudge: retrieval, keywords); "
-                              "a panel combines pool readers' scores")
+        if not isinstance(reader, RetrievalJudge):  # settings like a pool reader's, but it scores no pool
+            raise ConfigError(not_a_pool_reader(name))
         readers.append(reader)
     return PanelJudge(readers, draw_distractors(cfg, ctx), combine=cfg.combine, minilm=readers[0].minilm,
                       later_turn_weight=cfg.later_turn_weight, belief_temperature=cfg.belief_temperature, repeat_guesses=cfg.repeat_guesses)

@@ -7,8 +7,8 @@ each seed's paired gain over the start with its exact McNemar p; the pooled pair
 target-level outcomes against the start's, McNemar on the pooled discordant pairs); and the
 control's gain. The generic share comes from the same reports.
 
-    python bench/readers_table.py --start runs/sft --seeds runs/rl/grpo-seed0 runs/rl/grpo-seed1 runs/rl/grpo-seed2 \
-        --control runs/rl/sft-control runs/rl/eval-keywords/eval.json runs/rl/eval-retrieval/eval.json
+    python bench/readers_table.py runs/rl/eval-keywords/eval.json runs/rl/eval-retrieval/eval.json \
+        --start runs/sft --seeds runs/rl/grpo-seed0 runs/rl/grpo-seed1 runs/rl/grpo-seed2 --control runs/rl/sft-control
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def judge_rows(report: dict, start: str, seeds: list[str], control: str | None) 
     out = {"targets": report["targets"], "judge": report["judge"], "start": base["masked"], "seeds": per_seed,
            "gain_mean": statistics.fmean(gains), "gain_std": statistics.pstdev(gains), "first_turn_gain_mean": statistics.fmean(first_gains),
            "pooled": {"rl_only": a_only, "start_only": b_only, "mcnemar_p": mcnemar_exact(a_only, b_only)}}
-    if control:
+    if control and any(n == control or n.startswith(control.rstrip("/") + "/") for n in checkpoints):  # a report may leave it out
         _, entry = find(checkpoints, control)
         out["control"] = {**entry["masked"], **{k: v for k, v in paired_comparison(entry["per_target_success"], start_wins).items() if k in ("difference", "mcnemar_p")}}
     teacher = next((e for n, e in checkpoints.items() if n.startswith("teacher:")), None)

@@ -61,22 +61,16 @@ class LMReaderJudge(RetrievalJudge):
             self._written = {k: self._written[k] for k in keys if k in self._written}
         return [self._written.get(k, "") for k in keys]
 
-    def _scores(self, views: Sequence[JudgeView]) -> tuple[np.ndarray, np.ndarray]:
-        pool_P_D = self._pool()
+    def _queries(self, views: Sequence[JudgeView]) -> tuple[np.ndarray, np.ndarray]:
+        """The embedding of what the model wrote for each view (unit-normalised by MiniLM)."""
         written = self.readings(views)
         texts = list(dict.fromkeys(w for w in written if w))
         emb = dict(zip(texts, self.minilm.encode(texts))) if texts else {}
         query_B_D = np.zeros((len(views), self.minilm.dim), dtype=np.float32)
-        readable_B = np.array([bool(w) for w in written], dtype=bool)
         for b, w in enumerate(written):
             if w:
-                query_B_D[b] = emb[w]  # unit-normalised by MiniLM: the product is the cosine
-        scores_B_P = query_B_D @ pool_P_D.T
-        for b, view in enumerate(views if not self.repeat_guesses else ()):
-            for earlier in view.guesses:
-                if earlier in self._index:
-                    scores_B_P[b, self._index[earlier]] = -np.inf
-        return scores_B_P, readable_B
+                query_B_D[b] = emb[w]
+        return query_B_D, np.array([bool(w) for w in written], dtype=bool)
 
 
 def build(cfg: LMReaderConfig, ctx: BuildContext) -> LMReaderJudge:

@@ -128,10 +128,9 @@ class RetrievalJudge:
     def turn_names(emoji_text: str) -> str:
         return emojis.names_text(emojis.split(emoji_text))
 
-    def _scores(self, views: Sequence[JudgeView]) -> tuple[np.ndarray, np.ndarray]:
-        """(cosine of each view's query to each pool message, with the judge's earlier guesses
-        at -inf; whether the view had anything to read)."""
-        pool_P_D = self._pool()
+    def _queries(self, views: Sequence[JudgeView]) -> tuple[np.ndarray, np.ndarray]:
+        """(each view's unit query embedding, whether the view had anything to read): the turns'
+        readings, later turns weighing more."""
         names_per_view = [[self.turn_names(t) for t in v.emoji_turns] for v in views]
         texts = list(dict.fromkeys(n for names in names_per_view for n in names if n))
         emb = dict(zip(texts, self.minilm.encode(texts))) if texts else {}
@@ -145,6 +144,13 @@ class RetrievalJudge:
                     readable_B[b] = True
         # Cosine, not dot: normalising keeps weights relative however many turns there are.
         query_B_D /= np.maximum(np.linalg.norm(query_B_D, axis=1, keepdims=True), 1e-12)
+        return query_B_D, readable_B
+
+    def _scores(self, views: Sequence[JudgeView]) -> tuple[np.ndarray, np.ndarray]:
+        """(cosine of each view's query to each pool message, with the judge's earlier guesses
+        at -inf; whether the view had anything to read)."""
+        pool_P_D = self._pool()
+        query_B_D, readable_B = self._queries(views)
         scores_B_P = query_B_D @ pool_P_D.T
         for b, view in enumerate(views if not self.repeat_guesses else ()):
             for earlier in view.guesses:

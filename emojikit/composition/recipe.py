@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,8 +243,9 @@ def _explain_missing(errors: list[str], missing: Sequence[RecipePath], data: dic
     out = []
     for line in errors:
         for p in missing:
-            if line.startswith(f"[{p.table}]") and p.value in line and "looked for at" not in line and current(p):
-                line = f"{line} ({p.where()})"
+            if line.startswith(f"[{p.table}]") and p.value in line and current(p):
+                # The recipe's own path: where it was looked for, both places (replacing a setting's own clause).
+                line = f"{re.sub(r' [(]looked for at [^)]*[)]$', '', line)} ({p.where()})"
                 break
         out.append(line)
     return out

@@ -53,7 +53,8 @@ class SFTSettings(ConfigModel):
         if not path.exists():
             # Only the default data run's files are made by the data recipe; a file of one's own is just not there.
             made_by_data = os.path.abspath(path) in {os.path.abspath(f) for f in DEFAULT_DATA_FILES}
-            raise ValueError(f"file not found: {path}" + (f" (make it with: {MAKE_DATA})" if made_by_data else ""))
+            where = "" if path.is_absolute() else f" (looked for at {os.path.abspath(path)})"
+            raise ValueError(f"file not found: {path}" + (f" (make it with: {MAKE_DATA})" if made_by_data else where))
         load_chats(path)  # a bad line fails here, naming file:line, before a run directory is made
         return path
 

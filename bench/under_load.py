@@ -1,21 +1,24 @@
-"""Seconds per SFT step of the bundled SmolLM2 alone and beside one competing CPU-bound process,
-for torch thread settings and OpenMP wait policies: how much a busy machine slows a step.
+"""Seconds per SFT step of the bundled SmolLM2 alone and beside competing processes, for torch
+thread settings and OpenMP wait policies: how much a busy machine slows a step.
 
-    python bench/under_load.py                   # threads 1 and 2 x wait policy default/PASSIVE, a table
+    python bench/under_load.py                   # threads 1 and 2 x wait policy default/PASSIVE, two small-op competitors
     python bench/under_load.py --json
-    python bench/under_load.py --threads 2 --nice 0  # one thread setting; an un-niced competitor
+    python bench/under_load.py --threads 2 --wait-policy PASSIVE spin3000   # some settings only
+    python bench/under_load.py --competitor busy --competitors 1 --nice 10  # issue 20's case: one niced busy loop
     taskset -c 1 python bench/under_load.py --threads 1 --wait-policy PASSIVE --steps 1 --rounds 1 --batch 2  # smoke run
 
-Issue 20 saw a step go from 2.7 s to 7-54 s while one other (niced) process used the second
-core: torch's worker threads spin-wait for each other, and one of them is descheduled. Every
-setting runs in its own worker process (OMP_WAIT_POLICY is read once, when the OpenMP runtime
-starts), which loads the model once, warms up with one step, then alternates `--rounds` times:
-`--steps` steps alone, then `--steps` steps while a competitor (`python -c "while True: pass"`,
-at nice `--nice`) runs beside it. The step is the one recipes/sft.toml trains: LoRA on the
-bundled model, bf16 base projections, one micro-batch of `--batch` chats (the SFT training file
-`emojikit run recipes/data.toml` makes, or chats built from bench/common's messages without it).
-The table gives the median seconds per step alone and loaded and their ratio, the slowdown; the
-issue's goal is a slowdown of at most 2.5x with the settings chosen by default.
+Every setting runs in its own worker process (OMP_WAIT_POLICY and GOMP_SPINCOUNT are read once,
+when the OpenMP runtime starts; `default` unsets both, which is the runtime's own choice, not
+emojikit's), which loads the model once, warms up with one step, then alternates `--rounds`
+times: `--steps` steps alone, then `--steps` steps while `--competitors` processes run beside
+it. The default competitor is the shape of a generation: a two-thread torch process of small
+products under the runtime's default wait policy (issue 42: two of them, a fair share of the
+CPU is then a 3x slowdown, the goal at most 4x); `busy` is a pure-Python loop (issue 20's goal
+beside one: 2.5x). The step is the one recipes/sft.toml trains: LoRA on the bundled model,
+`dtype = "auto"` (bf16 where the CPU has bf16 units, else float32), one micro-batch of
+`--batch` chats (the SFT training file `emojikit run recipes/data.toml` makes, or chats built
+from bench/common's messages without it). The table gives the median seconds per step alone and
+loaded, their ratio (the slowdown) and the slowest loaded step.
 """
 
 from __future__ import annotations
@@ -33,9 +36,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MESSAGES, machine, parser as bench_parser, print_header  # noqa: E402
 
 THREAD_SETTINGS = (1, 2)
-WAIT_POLICIES = ("default", "PASSIVE")  # default: OMP_WAIT_POLICY unset (the runtime's own choice)
-GOAL = 2.5  # issue 20: one competing process slows a step at most this much
-BUSY_LOOP = "while True: pass"
+# default: OMP_WAIT_POLICY unset (the runtime's own choice: spin a while, then sleep);
+# PASSIVE: sleep at once; spin<N>: GOMP_SPINCOUNT=N, spin N rounds before sleeping (libgomp).
+WAIT_POLICIES = ("default", "PASSIVE")
+GOALS = {"busy": 2.5, "small-ops": 4.0}  # issue 20: one busy loop; issue 42: two small-op processes (a fair share is 3x)
+COMPETITORS = {
+    # A pure-Python loop: one core's worth of CPU, no threads of its own.
+    "busy": "while True: pass",
+    # The shape of a generation: a two-thread torch process of small products (a batch-1 decode
+    # of a 135M model: [1, 576] x [576, 1536] and back), under the runtime's default wait policy.
+    "small-ops": (
+        "import torch\n"
+        "torch.set_num_threads(2)\n"
+        "x = torch.randn(1, 576); up = torch.randn(576, 1536); down = torch.randn(1536, 576)\n"
+        "while True:\n"
+        "    for _ in range(30):\n"
+        "        x = torch.tanh((x @ up) @ down)\n"
+    ),
+}
 
 
 def chats(train_file: Path, n: int) -> tuple[list, str]:
@@ -53,13 +71,16 @@ def chats(train_file: Path, n: int) -> tuple[list, str]:
     return built, "bench/common.py MESSAGES (no SFT training file)"
 
 
-def start_competitor(nice: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", BUSY_LOOP], preexec_fn=(lambda: os.nice(nice)) if nice else None)
+def start_competitors(kind: str, count: int, nice: int) -> list[subprocess.Popen]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("OMP_", "GOMP_", "MKL_"))}
+    return [subprocess.Popen([sys.executable, "-c", COMPETITORS[kind]], env=env, preexec_fn=(lambda: os.nice(nice)) if nice else None) for _ in range(count)]
 
 
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    process.wait(timeout=30)
+def stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.wait(timeout=30)
 
 
 def worker(args) -> dict:
@@ -77,7 +98,7 @@ def worker(args) -> dict:
     torch.set_num_threads(args.threads)
     data, source = chats(args.train_file, args.batch * 8)
     model, tokenizer = load_model_and_tokenizer(SMOLLM2)
-    policy = LocalPolicy(model, tokenizer, LocalConfig(base_matmul_dtype="bfloat16", micro_batch_size=args.batch), seed=args.seed)
+    policy = LocalPolicy(model, tokenizer, LocalConfig(dtype="auto", micro_batch_size=args.batch), seed=args.seed)
     index = 0
 
     def step() -> float:
@@ -94,23 +115,26 @@ def worker(args) -> dict:
     alone, loaded = [], []
     for _ in range(args.rounds):
         alone += [step() for _ in range(args.steps)]
-        competitor = start_competitor(args.nice)
+        competitors = start_competitors(args.competitor, args.competitors, args.nice)
         try:
-            time.sleep(args.ramp_s)  # let the scheduler see it as CPU-bound
+            time.sleep(args.ramp_s)  # let the scheduler see them as CPU-bound (and torch load in them)
             loaded += [step() for _ in range(args.steps)]
         finally:
-            stop(competitor)
+            stop(competitors)
     return {"alone": alone, "loaded": loaded, "torch_threads": torch.get_num_threads(), "data": source}
 
 
 def run_setting(args, threads: int, policy: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     env.pop("OMP_WAIT_POLICY", None)
-    if policy != "default":
+    env.pop("GOMP_SPINCOUNT", None)
+    if policy.startswith("spin"):
+        env["GOMP_SPINCOUNT"] = policy.removeprefix("spin")
+    elif policy != "default":
         env["OMP_WAIT_POLICY"] = policy
     command = [sys.executable, __file__, "--worker", "--threads", str(threads), "--seed", str(args.seed), "--batch", str(args.batch),
                "--steps", str(args.steps), "--rounds", str(args.rounds), "--nice", str(args.nice), "--ramp-s", str(args.ramp_s),
-               "--train-file", str(args.train_file)]
+               "--train-file", str(args.train_file), "--competitor", args.competitor, "--competitors", str(args.competitors)]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"worker (threads {threads}, wait policy {policy}) failed:\n{done.stderr[-3000:]}")
@@ -123,7 +147,7 @@ def run_setting(args, threads: int, policy: str) -> dict:
         "loaded_s": round(loaded, 3),
         "slowdown": round(loaded / alone, 2),
         "loaded_max_s": round(max(measured["loaded"]), 3),
-        "within_goal": loaded / alone <= GOAL,
+        "within_goal": loaded / alone <= GOALS[args.competitor],
         "torch_threads": measured["torch_threads"],
         "data": measured["data"],
     }
@@ -131,14 +155,14 @@ def run_setting(args, threads: int, policy: str) -> dict:
 
 def run(args) -> dict:
     threads = (args.threads,) if args.threads else THREAD_SETTINGS
-    policies = WAIT_POLICIES if args.wait_policy == "both" else (args.wait_policy,)
+    policies = args.wait_policy or WAIT_POLICIES
     rows = [run_setting(args, t, policy) for t in threads for policy in policies]
     return {
         "machine": machine(),
-        "config": {"batch": args.batch, "steps": args.steps, "rounds": args.rounds, "competitor_nice": args.nice, "data": rows[0]["data"],
-                   "step": "SFT forward_backward + optim_step, bf16 base projections, one micro-batch"},
+        "config": {"batch": args.batch, "steps": args.steps, "rounds": args.rounds, "competitor": args.competitor, "competitors": args.competitors,
+                   "competitor_nice": args.nice, "data": rows[0]["data"], "step": "SFT forward_backward + optim_step, dtype auto, one micro-batch"},
         "rows": rows,
-        "goal_slowdown": GOAL,
+        "goal_slowdown": GOALS[args.competitor],
     }
 
 
@@ -148,9 +172,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=3, help="steps per phase (alone, then loaded)")
     parser.add_argument("--rounds", type=int, default=3, help="alternations of the alone and loaded phases")
-    parser.add_argument("--wait-policy", choices=("both", *WAIT_POLICIES), default="both", help="OMP_WAIT_POLICY settings to measure")
-    parser.add_argument("--nice", type=int, default=10, help="niceness of the competing process (the issue's case: niced)")
-    parser.add_argument("--ramp-s", type=float, default=1.0, help="seconds the competitor runs before the loaded steps start")
+    parser.add_argument("--wait-policy", nargs="+", help="wait policies to measure: default, PASSIVE, ACTIVE, spin<N> (GOMP_SPINCOUNT); default: default and PASSIVE")
+    parser.add_argument("--competitor", choices=tuple(COMPETITORS), default="small-ops", help="what runs beside the step: small-ops (a two-thread torch process of small products, issue 42) or busy (a Python loop, issue 20)")
+    parser.add_argument("--competitors", type=int, default=2, help="how many competing processes")
+    parser.add_argument("--nice", type=int, default=0, help="niceness of the competing processes (issue 20's case: 10)")
+    parser.add_argument("--ramp-s", type=float, default=2.0, help="seconds the competitors run before the loaded steps start")
     parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one setting, run by the parent
     args = parser.parse_args()
@@ -162,7 +188,7 @@ def main() -> None:
         return
     print(f"{'threads':>7} {'wait policy':<12} {'alone s/step':>12} {'loaded s/step':>13} {'slowdown':>9} {'loaded max':>10}")
     for row in result["rows"]:
-        mark = "" if row["within_goal"] else f"  over {GOAL}x"
+        mark = "" if row["within_goal"] else f"  over {result['goal_slowdown']}x"
         print(f"{row['threads']:>7} {row['wait_policy']:<12} {row['alone_s']:>12.3f} {row['loaded_s']:>13.3f} {row['slowdown']:>8.2f}x {row['loaded_max_s']:>10.3f}{mark}")
 
 

@@ -468,3 +468,22 @@ def test_the_command_sets_torch_allocation_settings_before_torch_loads():
     assert out == ["1", "False"]  # set, and torch not imported yet, so torch reads it
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**env, "THP_MEM_ALLOC_ENABLE": "0"}, check=True).stdout.split()
     assert out[0] == "0"  # the user's value wins
+
+
+def test_the_command_makes_waiting_torch_threads_sleep_unless_the_user_chose():
+    """OMP_WAIT_POLICY is read when OpenMP starts: the command sets PASSIVE before torch loads,
+    and leaves the user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT alone."""
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import emojikit.ui.cli, os, sys; "
+             "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'), 'torch' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+
+    def run(**extra):
+        return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**env, **extra}, check=True).stdout.split()
+
+    assert run() == ["PASSIVE", "None", "False"]
+    assert run(OMP_WAIT_POLICY="ACTIVE") == ["ACTIVE", "None", "False"]
+    assert run(GOMP_SPINCOUNT="3000") == ["None", "3000", "False"]

@@ -4,6 +4,8 @@ RL did not train against."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -99,6 +101,7 @@ class ScriptedWriter:
         from emojikit_retrieval.local_lm import LocalLMConfig
 
         self.cfg = LocalLMConfig(show="emoji", batch_size=2)
+        self.is_chat_model = True
         self.sentences = sentences
         self.generated = 0
 
@@ -107,6 +110,11 @@ class ScriptedWriter:
 
     def messages(self, view: JudgeView):
         return [{"role": "user", "content": "\n".join(view.emoji_turns)}]
+
+    prompt = messages
+
+    def meaning_prompt(self, emoji: str):
+        return [{"role": "user", "content": emoji}]
 
     def _generate(self, chats):
         self.generated += len(chats)
@@ -117,12 +125,29 @@ def test_lm_reader_retrieves_the_pool_message_nearest_to_what_the_model_wrote():
     from emojikit_retrieval.lm_reader import LMReaderJudge
 
     writer = ScriptedWriter({"🍕": "I had a pizza tonight", "☔": "Rain and no umbrella", "🍕\n🐶": "my dog did a trick"})
-    judge = LMReaderJudge(writer, POOL)
+    judge = LMReaderJudge(writer, POOL, read="whole")
     views = [JudgeView(["🍕"]), JudgeView(["☔"]), JudgeView(["🍕", "🐶"], guesses=[POOL[0]]), JudgeView(["🤷"])]
     assert judge.guess(views) == [POOL[0], POOL[1], POOL[2], ""]  # a reading with no words is nothing to read
     assert writer.generated == 4
     logps = judge.target_logprobs(views[:1], [POOL[0]])
     assert writer.generated == 4 and logps[0] is not None and logps[0] > np.log(1 / len(POOL))  # one generation per state
+    # The game guesses with the turn's own guess still None, then asks the belief without it.
+    judge.guess([JudgeView(["☔", "🌧️"], guesses=[POOL[0], None])])
+    judge.target_logprobs([JudgeView(["☔", "🌧️"], guesses=[POOL[0]])], [POOL[1]])
+    assert writer.generated == 5
+
+
+def test_lm_reader_names_each_emoji_once_and_reads_turns_as_their_names():
+    from emojikit_retrieval.lm_reader import LMReaderJudge
+
+    writer = ScriptedWriter({"🍕": "pizza, pizza", "🍽️": "dinner", "☔": "rain, umbrella", "🐶": "dog 🐶", "🤷": "🤷"})
+    judge = LMReaderJudge(writer, POOL, read="each")
+    views = [JudgeView(["🍕🍽️"]), JudgeView(["☔"]), JudgeView(["🍕", "🐶"], guesses=[POOL[0]]), JudgeView(["🤷"])]
+    assert judge.guess(views) == [POOL[0], POOL[1], POOL[2], ""]
+    assert writer.generated == 5  # one per distinct emoji, however many views show it
+    assert judge.turn_names("🍕🍽️") == "pizza dinner" and judge.turn_names("🐶🤷") == "dog"
+    judge.guess([JudgeView(["🐶🍕☔"])])
+    assert writer.generated == 5
 
 
 def test_lm_reader_reads_with_a_real_model(tiny_model):
@@ -131,4 +156,71 @@ def test_lm_reader_reads_with_a_real_model(tiny_model):
     add_candidates(judge, POOL)
     guesses = judge.guess([JudgeView(["🍕🍽️"]), JudgeView(["🌧️☂️"])])
     assert len(guesses) == 2 and all(g in POOL + [""] for g in guesses)
-    assert judge.writer.cfg.show == "emoji" and "🍕" in judge.turn_names("🍕🍽️")
+    assert judge.read == "each" and set(judge.meanings(["🍕", "🍽️"])) == {"🍕", "🍽️"}  # its words (a random tiny model's), cached
+    assert "🍕" not in judge.turn_names("🍕🍽️")  # the model's words, never the emoji
+
+
+def test_lm_reader_shows_a_base_model_worked_examples(tiny_model, tmp_path):
+    """A model whose tokenizer has no chat template gets a completion prompt: the worked
+    examples, then every turn's emoji on one line; its answer ends at the line's end."""
+    import shutil
+
+    from emojikit_retrieval.local_lm import FEW_SHOT, FEW_SHOT_EACH
+    from transformers import AutoTokenizer
+
+    base = tmp_path / "base-model"
+    shutil.copytree(tiny_model, base)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    tokenizer.chat_template = None
+    tokenizer.save_pretrained(base)
+    for leftover in base.glob("chat_template.*"):
+        leftover.unlink()
+
+    judge = build_component("judge", "lm-reader", {"model": str(base), "distractors": 0, "max_new_tokens": 6})
+    add_candidates(judge, POOL)
+    assert not judge.writer.is_chat_model
+    view = JudgeView(["🍕🍽️", "☔"], guesses=[POOL[0]])
+    assert judge.writer.prompt(view) == FEW_SHOT + "Emoji: 🍕 🍽️ ☔\nMessage:"
+    assert judge.writer.meaning_prompt("🍕") == FEW_SHOT_EACH + "Emoji: 🍕\nMeaning:"
+    assert all("\n" not in text for text in judge.writer._generate([judge.writer.prompt(view)]))
+    assert judge.guess([view])[0] in POOL[1:] + [""]  # never the earlier guess
+
+
+def test_lm_reader_without_its_models_package_fails_at_validate(monkeypatch):
+    import importlib.util
+
+    from emojikit.api.errors import ConfigError
+    from emojikit.support import bundled
+    from emojikit_retrieval.lm_reader import LMReaderConfig, preflight
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == bundled.GEMMA3_PACKAGE else real_find_spec(name, *a))
+    with pytest.raises(ConfigError, match=r"model: bundled:gemma3-270m is not installed: run .*\[third-reader\]"):
+        preflight(LMReaderConfig(distractors=0), None)
+
+
+def test_the_gemma_gguf_is_assembled_once_into_the_cache(tmp_path, monkeypatch):
+    """resolve_model finds Gemma's chunk packages and has them write the checked file into
+    emojikit's cache, which transformers then reads with gguf_file=."""
+    import sys
+
+    from emojikit.support import bundled
+
+    package = tmp_path / "site" / bundled.GEMMA3_PACKAGE
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "from pathlib import Path\n"
+        "MODEL_NAME = 'gemma.gguf'\n"
+        "calls = []\n"
+        "def assemble(output_path=None, overwrite=False):\n"
+        "    calls.append(Path(output_path))\n"
+        "    Path(output_path).write_bytes(b'GGUF')\n"
+        "    return Path(output_path)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("EMOJIKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delitem(sys.modules, bundled.GEMMA3_PACKAGE, raising=False)
+    path, kwargs = bundled.resolve_model(bundled.GEMMA3_270M)
+    assert Path(path) == tmp_path / "cache" / "gguf" and kwargs == {"gguf_file": "gemma.gguf"}
+    assert (Path(path) / "gemma.gguf").read_bytes() == b"GGUF"
+    assert sys.modules[bundled.GEMMA3_PACKAGE].calls == [Path(path) / "gemma.gguf"]

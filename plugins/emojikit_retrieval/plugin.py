@@ -37,10 +37,10 @@ def register_judges():
         ),
         Component(
             name="lm-reader",
-            summary="Offline: a local LM (default: bundled SmolLM2) reads the raw emoji and writes a message -> nearest in a candidate pool",
+            summary="Offline: a local LM (default: Gemma 3 270M, the third-reader extra) reads the raw emoji and writes a message -> nearest in a candidate pool",
             config=lm_reader.LMReaderConfig,
             factory=lm_reader.build,
-            preflight=retrieval.preflight,
+            preflight=lm_reader.preflight,
         ),
         Component(
             name="local-lm",

@@ -4,7 +4,7 @@ thread settings and OpenMP wait policies: how much a busy machine slows a step.
     python bench/under_load.py                   # threads 1 and 2 x wait policy default/PASSIVE, two small-op competitors
     python bench/under_load.py --json
     python bench/under_load.py --threads 2 --wait-policy PASSIVE spin3000   # some settings only
-    python bench/under_load.py --competitor busy --competitors 1 --nice 10  # issue 20's case: one niced busy loop
+    python bench/under_load.py --competitor busy --competitors 1 --nice 10  # the case first reported: one niced busy loop
     taskset -c 1 python bench/under_load.py --threads 1 --wait-policy PASSIVE --steps 1 --rounds 1 --batch 2  # smoke run
 
 Every setting runs in its own worker process (OMP_WAIT_POLICY and GOMP_SPINCOUNT are read once,
@@ -12,9 +12,9 @@ when the OpenMP runtime starts; `default` unsets both, which is the runtime's ow
 emojikit's), which loads the model once, warms up with one step, then alternates `--rounds`
 times: `--steps` steps alone, then `--steps` steps while `--competitors` processes run beside
 it. The default competitor is the shape of a generation: a two-thread torch process of small
-products under the runtime's default wait policy (issue 42: two of them, a fair share of the
-CPU is then a 3x slowdown, the goal at most 4x); `busy` is a pure-Python loop (issue 20's goal
-beside one: 2.5x). The step is the one recipes/sft.toml trains: LoRA on the bundled model,
+products under the runtime's default wait policy (two of them by default: a fair share of the
+CPU is then a 3x slowdown, the goal at most 4x); `busy` is a pure-Python loop (the goal beside
+one: 2.5x). The step is the one recipes/sft.toml trains: LoRA on the bundled model,
 `dtype = "auto"` (bf16 where the CPU has bf16 units, else float32), one micro-batch of
 `--batch` chats (the SFT training file `emojikit run recipes/data.toml` makes, or chats built
 from bench/common's messages without it). The table gives the median seconds per step alone and
@@ -39,7 +39,7 @@ THREAD_SETTINGS = (1, 2)
 # default: OMP_WAIT_POLICY unset (the runtime's own choice: spin a while, then sleep);
 # PASSIVE: sleep at once; spin<N>: GOMP_SPINCOUNT=N, spin N rounds before sleeping (libgomp).
 WAIT_POLICIES = ("default", "PASSIVE")
-GOALS = {"busy": 2.5, "small-ops": 4.0}  # issue 20: one busy loop; issue 42: two small-op processes (a fair share is 3x)
+GOALS = {"busy": 2.5, "small-ops": 4.0}  # slowdown goals: beside one busy loop; beside two small-op processes (a fair share is 3x)
 COMPETITORS = {
     # A pure-Python loop: one core's worth of CPU, no threads of its own.
     "busy": "while True: pass",
@@ -173,9 +173,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="steps per phase (alone, then loaded)")
     parser.add_argument("--rounds", type=int, default=3, help="alternations of the alone and loaded phases")
     parser.add_argument("--wait-policy", nargs="+", help="wait policies to measure: default, PASSIVE, ACTIVE, spin<N> (GOMP_SPINCOUNT); default: default and PASSIVE")
-    parser.add_argument("--competitor", choices=tuple(COMPETITORS), default="small-ops", help="what runs beside the step: small-ops (a two-thread torch process of small products, issue 42) or busy (a Python loop, issue 20)")
+    parser.add_argument("--competitor", choices=tuple(COMPETITORS), default="small-ops", help="what runs beside the step: small-ops (a two-thread torch process of small products, the shape of a generation) or busy (a pure-Python loop)")
     parser.add_argument("--competitors", type=int, default=2, help="how many competing processes")
-    parser.add_argument("--nice", type=int, default=0, help="niceness of the competing processes (issue 20's case: 10)")
+    parser.add_argument("--nice", type=int, default=0, help="niceness of the competing processes (the case first reported: 10)")
     parser.add_argument("--ramp-s", type=float, default=2.0, help="seconds the competitors run before the loaded steps start")
     parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one setting, run by the parent

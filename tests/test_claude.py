@@ -465,11 +465,10 @@ def test_judge_runs_requests_concurrently_up_to_the_limit(fake):
     fake.reply = lambda body: body["messages"][0]["content"].split()[1]  # echo the emoji back
     judge = ClaudeJudge(ClaudeJudgeConfig(base_url=fake.base_url, concurrency=3, **FAST), BuildContext())
     emoji = ["🍕", "🐱", "🐶", "🌧️", "🎉", "🚗"]
-    started = time.monotonic()
     assert judge.guess([JudgeView([e]) for e in emoji]) == emoji  # order preserved
-    elapsed = time.monotonic() - started
+    # Concurrent, not one after another: the fake saw three requests in flight at once (counted,
+    # not timed, so a busy machine cannot fail it), and never more than the limit.
     assert fake.max_inflight == 3
-    assert elapsed < 6 * 0.15  # concurrent, not one after another
 
 
 def test_judge_retries_rate_limits(fake):

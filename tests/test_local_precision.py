@@ -119,6 +119,20 @@ def test_bfloat16_logprobs_are_close_to_float32_and_train_fp32_state():
     assert all(p.dtype == torch.float32 for p in fast.trainable)
 
 
+def test_bfloat16_runs_the_projections_below_the_adapted_layers_in_bfloat16_too():
+    exact, fast = tiny_policy(lora_layers=1), tiny_policy(dtype="bfloat16", lora_layers=1)
+    same_adapters(exact, fast)
+    below = [m for name, m in fast.model.named_modules() if ".layers.0." in name and isinstance(m, torch.nn.Linear)]
+    assert len(below) == 7 and all(m.weight.dtype == torch.bfloat16 for m in below)
+    datums = random_datums(prompts="common")
+    errors = [abs(a - b) for x, y in zip(exact.compute_logprobs(datums), fast.compute_logprobs(datums)) for a, b in zip(x, y)]
+    assert 0 < sum(errors) / len(errors) < 0.1 and max(errors) < 0.5
+    out_exact, out_fast = exact.forward_backward(datums, "cross_entropy"), fast.forward_backward(datums, "cross_entropy")
+    assert out_fast.loss == pytest.approx(out_exact.loss, rel=0.02)
+    grads_exact, grads_fast = torch.cat([g.flatten() for g in trainable_grads(exact)]), torch.cat([g.flatten() for g in trainable_grads(fast)])
+    assert torch.nn.functional.cosine_similarity(grads_exact, grads_fast, dim=0) > 0.98
+
+
 def test_reference_pass_disables_the_adapter_on_the_bfloat16_path():
     fast = tiny_policy(dtype="bfloat16")
     same_adapters(fast)

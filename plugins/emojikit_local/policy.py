@@ -44,8 +44,12 @@ def lower_base_projections(model, dtype: torch.dtype) -> None:
     """
     from peft.tuners.lora import LoraLayer
 
-    for module in model.modules():
-        base = module.get_base_layer() if isinstance(module, LoraLayer) else None
+    wrapped = {id(m) for module in model.modules() if isinstance(module, LoraLayer) for m in module.modules() if m is not module}
+    head = model.get_output_embeddings()
+    # With lora_layers, the projections of the layers below carry no adapter: frozen all the same.
+    plain = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and not isinstance(m, LoraLayer) and id(m) not in wrapped and m is not head]
+    for module in [m for m in model.modules() if isinstance(m, LoraLayer)] + plain:
+        base = module.get_base_layer() if isinstance(module, LoraLayer) else module
         if not isinstance(base, torch.nn.Linear) or base.weight.dtype == dtype:
             continue
         base.weight.data = base.weight.data.to(dtype)
@@ -56,6 +60,28 @@ def lower_base_projections(model, dtype: torch.dtype) -> None:
             return torch.nn.functional.linear(x.to(dtype), _layer.weight, _layer.bias).to(x.dtype)
 
         base.forward = forward
+
+
+def lora_placement(model, target_modules, lora_layers: Optional[int]) -> dict[str, Any]:
+    """LoraConfig's target_modules, and with `lora_layers` its layers_to_transform: the last
+    N decoder layers. peft takes a layer list only with named modules, so "all-linear" becomes
+    the names of the decoder layers' linear projections (the output head is not among them)."""
+    if lora_layers is None:
+        return {"target_modules": target_modules}
+    layers = _decoder_layers(model)
+    if lora_layers > len(layers):
+        raise ConfigError(f"[backend] lora_layers = {lora_layers}: the model has {len(layers)} decoder layers")
+    if target_modules == "all-linear":
+        target_modules = sorted({name.rsplit(".", 1)[-1] for name, module in layers[0].named_modules() if isinstance(module, torch.nn.Linear)})
+    return {"target_modules": target_modules, "layers_to_transform": list(range(len(layers) - lora_layers, len(layers)))}
+
+
+def _decoder_layers(model) -> torch.nn.ModuleList:
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ConfigError(f"[backend] lora_layers: cannot find the decoder layers of {type(model).__name__}; leave lora_layers unset")
+    return layers
 
 
 class LocalPolicy:
@@ -83,8 +109,8 @@ class LocalPolicy:
                 r=config.lora_rank,
                 lora_alpha=config.lora_alpha,
                 lora_dropout=config.lora_dropout,
-                target_modules=config.target_modules,
                 task_type="CAUSAL_LM",
+                **lora_placement(model, config.target_modules, config.lora_layers),
             )
             self.model = get_peft_model(model, lora, adapter_name=TRAINED)
         if self.dtype == "float32" and compute_dtype(config.base_matmul_dtype, str(self.device), key="base_matmul_dtype") == "bfloat16":

@@ -104,6 +104,14 @@ def bfloat16_compute(model) -> "MergedSampling":
             base.bias.data = base.bias.data.to(BF16)
         module.forward = partial(_lora_linear_forward, module, base)
     head = model.get_output_embeddings()
+    # Projections without an adapter (the layers below `lora_layers`) are frozen and need no
+    # gradient of their own: a bf16 weight and product, float32 out, as the merged sampler's.
+    wrapped = {id(m) for layer in layers for m in layer.modules()}
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and id(module) not in wrapped and module is not head:
+            weight_bf = module.weight.detach().to(BF16)
+            module.weight.data = weight_bf
+            module.forward = partial(_merged_forward, weight_bf, None if module.bias is None else module.bias.detach().to(BF16))
     # The head is usually tied to the input embedding, which stays fp32 for the lookup: the bf16
     # copy is the head's alone (frozen, so it never goes stale).
     head.forward = partial(_head_forward, head.weight.detach().to(BF16), head.bias)

@@ -81,14 +81,15 @@ def peak_shapes(config) -> list[tuple[int, int, int]]:
 class Shapes:
     """Per-token FLOP terms of a Llama-style decoder from its config."""
 
-    def __init__(self, config, lora_rank: int):
+    def __init__(self, config, lora_rank: int, lora_layers: int | None = None):
         d = config.hidden_size
         head_dim = getattr(config, "head_dim", None) or d // config.num_attention_heads
         q, kv, ff = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim, config.intermediate_size
         io = {"q_proj": (d, q), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (q, d), "gate_proj": (d, ff), "up_proj": (d, ff), "down_proj": (ff, d)}
         self.layers = config.num_hidden_layers
+        self.adapted = (lora_layers or self.layers) / self.layers  # backward runs through these layers only
         self.base_params = self.layers * sum(i * o for i, o in io.values())
-        self.lora_params = self.layers * sum(lora_rank * (i + o) for i, o in io.values())
+        self.lora_params = self.adapted * self.layers * sum(lora_rank * (i + o) for i, o in io.values())
         self.attention_width = self.layers * q
         self.head = d * config.vocab_size
 
@@ -105,9 +106,10 @@ class Shapes:
         return 2.0 * self.head * positions
 
 
-def training_flops(forward: dict[str, float], head: float) -> float:
-    """Forward + backward: frozen base and head input gradients only (1x), LoRA and attention 2x."""
-    return 2 * forward["base"] + 3 * forward["lora"] + 3 * forward["attention"] + 2 * head
+def training_flops(forward: dict[str, float], head: float, adapted: float = 1.0) -> float:
+    """Forward + backward: frozen base and head input gradients only (1x), LoRA and attention 2x;
+    the backward stops below the lowest adapted layer (`adapted`: their share of the layers)."""
+    return (1 + adapted) * forward["base"] + 3 * forward["lora"] + (1 + 2 * adapted) * forward["attention"] + 2 * head
 
 
 def scored_tokens(policy, datums) -> tuple[list[int], int]:
@@ -205,7 +207,7 @@ def measure(policy, shapes: Shapes, args) -> dict[str, dict]:
         for name, seconds in (("sft", sft_s), ("sampling", sampling_s), ("reference", reference_s), ("training", training_s)):
             times[name].append(seconds)
         contexts, head = scored_tokens(policy, sft)
-        flops["sft"].append(training_flops(shapes.forward(contexts, lora=True), shapes.head_flops(head)))
+        flops["sft"].append(training_flops(shapes.forward(contexts, lora=True), shapes.head_flops(head), shapes.adapted))
         extra["sft_tokens_run"].append(len(contexts))
         contexts, head = sampling_tokens(groups)
         flops["sampling"].append(sum(shapes.forward(contexts, lora=True).values()) + shapes.head_flops(head))
@@ -213,7 +215,7 @@ def measure(policy, shapes: Shapes, args) -> dict[str, dict]:
         contexts, head = scored_tokens(policy, datums)
         # the reference is the start weights: no adapter runs
         flops["reference"].append(sum(shapes.forward(contexts, lora=False).values()) + shapes.head_flops(head))
-        flops["training"].append(training_flops(shapes.forward(contexts, lora=True), shapes.head_flops(head)))
+        flops["training"].append(training_flops(shapes.forward(contexts, lora=True), shapes.head_flops(head), shapes.adapted))
         extra["grpo_tokens_run"].append(len(contexts))
         for key in ("sampler_gap_median", "sampler_gap_max", "ratio_max_deviation"):
             if key in out.metrics:
@@ -240,9 +242,9 @@ def run(args) -> dict:
         shapes_ = peak_shapes(model.config)
         if not peaks_before:
             peaks_before = {"float32": matmul_peak(torch.float32, shapes_), "bfloat16": matmul_peak(torch.bfloat16, shapes_)}
-        config = LocalConfig(dtype=dtype, micro_batch_size=args.micro_batch_size, seed=args.seed)
+        config = LocalConfig(dtype=dtype, micro_batch_size=args.micro_batch_size, seed=args.seed, lora_layers=args.lora_layers)
         policy = LocalPolicy(model, tokenizer, config, seed=args.seed)
-        rows = measure(policy, Shapes(model.config, config.lora_rank), args)
+        rows = measure(policy, Shapes(model.config, config.lora_rank, config.lora_layers), args)
         results.append((dtype, rows))
         del policy, model
     peaks_after = {"float32": matmul_peak(torch.float32, shapes_), "bfloat16": matmul_peak(torch.bfloat16, shapes_)}
@@ -261,7 +263,7 @@ def run(args) -> dict:
         table[-1]["extra"] = {k: round(v, 6) for k, v in rows["extra"].items()}
     return {
         "machine": machine(),
-        "config": {"threads": torch.get_num_threads(), "rounds": args.rounds, "sft_batch": args.batch, "prompts": args.prompts, "completions": args.completions, "new_tokens": args.new_tokens, "micro_batch_size": args.micro_batch_size},
+        "config": {"threads": torch.get_num_threads(), "rounds": args.rounds, "sft_batch": args.batch, "prompts": args.prompts, "completions": args.completions, "new_tokens": args.new_tokens, "micro_batch_size": args.micro_batch_size, "lora_layers": args.lora_layers},
         "peak_gflop_per_s": {d: round(v, 1) for d, v in peak.items()},
         "peaks_before": {d: {k: round(v, 1) for k, v in p.items()} for d, p in peaks_before.items()},
         "peaks_after": {d: {k: round(v, 1) for k, v in p.items()} for d, p in peaks_after.items()},
@@ -279,6 +281,7 @@ def main() -> None:
     parser.add_argument("--completions", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--micro-batch-size", type=int, default=16)
+    parser.add_argument("--lora-layers", type=int, help="the backend's lora_layers: LoRA in the last N decoder layers only (default: every layer)")
     parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"), help="SFT chats (emojikit run recipes/data.toml); the bench's own messages when missing")
     args = parser.parse_args()
     if args.dtypes is None:

@@ -193,6 +193,9 @@ def test_card_usage_code_names_the_export_folder(workdir):
         assert "OUT" not in card.split("## Model")[0]
     pushed = model_card(sender, info, merged=True, repo_id="me/emoji-sender", out=Path("exported/emoji-sender"))
     assert 'from_pretrained("me/emoji-sender")' in pushed  # after --push the snippets name the repository
+    lora = {"r": 16, "alpha": 32.0, "target_modules": ["q_proj", "v_proj"]}
+    assert "- LoRA: rank 16, alpha 32.0, modules ['q_proj', 'v_proj']\n" in model_card(sender, {**info, "lora": {**lora, "layers": None}}, merged=False, out=Path("x"))
+    assert "modules ['q_proj', 'v_proj'], layers 20-29\n" in model_card(sender, {**info, "lora": {**lora, "layers": list(range(20, 30))}}, merged=False, out=Path("x"))
 
 
 def test_card_scrubs_a_key_in_the_environment(workdir, tmp_path, monkeypatch):

@@ -201,7 +201,7 @@ def model_card(sender: Sender, info: dict[str, Any], *, merged: bool, repo_id: O
         f"- base model: `{base}`",
         *([f"- {info['base_note']}"] if info.get("base_note") else []),
         f"- weights: {info.get('dtype')}" + (" (merged: base + LoRA delta, computed in that dtype)" if merged else " (the adapter)"),
-        *([f"- LoRA: rank {info['lora']['r']}, alpha {info['lora']['alpha']}, modules {info['lora']['target_modules']}"] if info.get("lora") else []),
+        *([f"- LoRA: rank {info['lora']['r']}, alpha {info['lora']['alpha']}, modules {info['lora']['target_modules']}" + (f", layers {info['lora']['layers'][0]}-{info['lora']['layers'][-1]}" if info["lora"].get("layers") else "")] if info.get("lora") else []),
         f"- method: {method}",
         f"- checkpoint: `{sender.checkpoint}`" + (f" (step {sender.step})" if sender.step is not None else ""),
     ]

@@ -46,6 +46,13 @@ def _save(write, path: Path) -> None:
         raise error from None
 
 
+def _layer_list(layers) -> list[int] | None:
+    """peft's layers_to_transform (None, an int or a list) as a list, None for every layer."""
+    if layers is None:
+        return None
+    return [layers] if isinstance(layers, int) else list(layers)
+
+
 def export_weights(policy, out: str, *, adapter: str, merged: bool, system_prompt: str) -> dict[str, Any]:
     """Write the policy's trained adapter (the peft adapter named `adapter`; merged or not) into
     `out`. A merged export folds the LoRA into the policy's base weights in place: the policy is
@@ -61,7 +68,8 @@ def export_weights(policy, out: str, *, adapter: str, merged: bool, system_promp
         "base_model": base_model,
         "base_note": note,
         "dtype": str(next(iter(dtypes))).removeprefix("torch.") if len(dtypes) == 1 else "mixed",
-        "lora": {"r": lora.r, "alpha": lora.lora_alpha, "target_modules": sorted(lora.target_modules) if isinstance(lora.target_modules, (set, list)) else lora.target_modules},
+        "lora": {"r": lora.r, "alpha": lora.lora_alpha, "target_modules": sorted(lora.target_modules) if isinstance(lora.target_modules, (set, list)) else lora.target_modules,
+                 "layers": _layer_list(lora.layers_to_transform)},
     }
     tokenizer = policy.tokenizer
     tokenizer.chat_template = chat_template_with_system(tokenizer.chat_template or "", system_prompt)

@@ -35,8 +35,8 @@ def _chunks(items: list, size: int) -> Iterator[list]:
 
 
 def lower_base_projections(model, dtype: torch.dtype) -> None:
-    """Store the frozen base weight of every LoRA-wrapped projection in `dtype` and run its
-    matmul there; inputs and outputs keep the model's dtype, so LoRA, attention, norms and
+    """Store the frozen base weight of every decoder projection (LoRA-wrapped or, below
+    `lora_layers`, plain) in `dtype` and run its matmul there; inputs and outputs keep the model's dtype, so LoRA, attention, norms and
     the vocabulary projection do not change.
 
     Why: these projections are most of a step's time, and on CPUs with AVX512-BF16 a bfloat16
@@ -44,12 +44,12 @@ def lower_base_projections(model, dtype: torch.dtype) -> None:
     """
     from peft.tuners.lora import LoraLayer
 
-    wrapped = {id(m) for module in model.modules() if isinstance(module, LoraLayer) for m in module.modules() if m is not module}
+    adapted = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    wrapped = {id(m) for layer in adapted for m in layer.modules()}
     head = model.get_output_embeddings()
     # With lora_layers, the projections of the layers below carry no adapter: frozen all the same.
-    plain = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and not isinstance(m, LoraLayer) and id(m) not in wrapped and m is not head]
-    for module in [m for m in model.modules() if isinstance(m, LoraLayer)] + plain:
-        base = module.get_base_layer() if isinstance(module, LoraLayer) else module
+    plain = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and id(m) not in wrapped and m is not head]
+    for base in [layer.get_base_layer() for layer in adapted] + plain:
         if not isinstance(base, torch.nn.Linear) or base.weight.dtype == dtype:
             continue
         base.weight.data = base.weight.data.to(dtype)

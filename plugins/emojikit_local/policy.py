@@ -36,8 +36,8 @@ def _chunks(items: list, size: int) -> Iterator[list]:
 
 def lower_base_projections(model, dtype: torch.dtype) -> None:
     """Store the frozen base weight of every decoder projection (LoRA-wrapped or, below
-    `lora_layers`, plain) in `dtype` and run its matmul there; inputs and outputs keep the model's dtype, so LoRA, attention, norms and
-    the vocabulary projection do not change.
+    `lora_layers`, plain) in `dtype` and run its matmul there; inputs and outputs keep the
+    model's dtype, so LoRA, attention, norms and the vocabulary projection do not change.
 
     Why: these projections are most of a step's time, and on CPUs with AVX512-BF16 a bfloat16
     matmul of their shapes runs 2.5-3x faster than a float32 one (docs/performance.md).
@@ -70,7 +70,7 @@ def lora_placement(model, target_modules, lora_layers: Optional[int]) -> dict[st
         return {"target_modules": target_modules}
     layers = _decoder_layers(model)
     if lora_layers > len(layers):
-        raise ConfigError(f"[backend] lora_layers = {lora_layers}: the model has {len(layers)} decoder layers")
+        raise ConfigError(f"lora_layers = {lora_layers}: the model has {len(layers)} decoder layers")
     if target_modules == "all-linear":
         target_modules = sorted({name.rsplit(".", 1)[-1] for name, module in layers[0].named_modules() if isinstance(module, torch.nn.Linear)})
     return {"target_modules": target_modules, "layers_to_transform": list(range(len(layers) - lora_layers, len(layers)))}
@@ -80,7 +80,7 @@ def _decoder_layers(model) -> torch.nn.ModuleList:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     layers = getattr(decoder, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
-        raise ConfigError(f"[backend] lora_layers: cannot find the decoder layers of {type(model).__name__}; leave lora_layers unset")
+        raise ConfigError(f"lora_layers: cannot find the decoder layers of {type(model).__name__}; leave lora_layers unset")
     return layers
 
 

@@ -22,7 +22,7 @@ from emojikit_local.allocator import keep_freed_memory
 from emojikit_local.config import LocalConfig
 from emojikit_local.hardware import compute_dtype
 from emojikit_local.losses import LOSSES, loss_sum
-from emojikit_local.precision import SamplerCorrection, bfloat16_compute
+from emojikit_local.precision import SamplerCorrection, bfloat16_compute, unadapted_projections
 from emojikit_local.sampling import decode_batch
 from emojikit_local.scoring import first_needed_position, prefix_key, target_logprobs
 
@@ -45,11 +45,8 @@ def lower_base_projections(model, dtype: torch.dtype) -> None:
     from peft.tuners.lora import LoraLayer
 
     adapted = [m for m in model.modules() if isinstance(m, LoraLayer)]
-    wrapped = {id(m) for layer in adapted for m in layer.modules()}
-    head = model.get_output_embeddings()
     # With lora_layers, the projections of the layers below carry no adapter: frozen all the same.
-    plain = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and id(m) not in wrapped and m is not head]
-    for base in [layer.get_base_layer() for layer in adapted] + plain:
+    for base in [layer.get_base_layer() for layer in adapted] + unadapted_projections(model, adapted):
         if not isinstance(base, torch.nn.Linear) or base.weight.dtype == dtype:
             continue
         base.weight.data = base.weight.data.to(dtype)

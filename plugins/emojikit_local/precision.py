@@ -89,6 +89,14 @@ def _head_forward(weight_bf: torch.Tensor, bias: Optional[torch.Tensor], hidden:
     return F.linear(hidden.to(BF16), weight_bf, None if bias is None else bias.to(BF16)).float()
 
 
+def unadapted_projections(model, adapted: list) -> list[torch.nn.Linear]:
+    """The model's linear layers outside the LoRA layers `adapted` (their bases and adapters),
+    the output head excepted: the frozen projections below `lora_layers`."""
+    inside = {id(m) for layer in adapted for m in layer.modules()}
+    head = model.get_output_embeddings()
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear) and id(m) not in inside and m is not head]
+
+
 def bfloat16_compute(model) -> "MergedSampling":
     """Switch a float32 peft model to the bf16 compute path (module docstring), in place; returns
     the sampler's merged weights (MergedSampling) for the policy to use while it samples."""
@@ -106,12 +114,10 @@ def bfloat16_compute(model) -> "MergedSampling":
     head = model.get_output_embeddings()
     # Projections without an adapter (the layers below `lora_layers`) are frozen and need no
     # gradient of their own: a bf16 weight and product, float32 out, as the merged sampler's.
-    wrapped = {id(m) for layer in layers for m in layer.modules()}
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and id(module) not in wrapped and module is not head:
-            weight_bf = module.weight.detach().to(BF16)
-            module.weight.data = weight_bf
-            module.forward = partial(_merged_forward, weight_bf, None if module.bias is None else module.bias.detach().to(BF16))
+    for module in unadapted_projections(model, layers):
+        weight_bf = module.weight.detach().to(BF16)
+        module.weight.data = weight_bf
+        module.forward = partial(_merged_forward, weight_bf, None if module.bias is None else module.bias.detach().to(BF16))
     # The head is usually tied to the input embedding, which stays fp32 for the lookup: the bf16
     # copy is the head's alone (frozen, so it never goes stale).
     head.forward = partial(_head_forward, head.weight.detach().to(BF16), head.bias)

@@ -430,6 +430,73 @@ def test_the_comparison_plays_the_senders_under_readers_rl_did_not_train_against
     assert saved["readers"]["retrieval"]["compare_files"]["real.jsonl"]["targets"] == 5
 
 
+def test_the_comparison_summary_ends_with_grpos_paired_gain_over_its_start():
+    from emojikit.evaluation.comparison import summary_markdown
+
+    def played(sft, grpo):
+        rate = lambda wins: {"masked": {"success_rate": sum(wins) / len(wins)}, "per_target_success": wins}
+        return {"judge": "keywords", "checkpoints": {"sft": rate(sft), "grpo": rate(grpo), "teacher (lexicon)": {"masked": {"success_rate": 1.0}}}}
+
+    results = played([True, False, False, False] * 4, [True, True, True, False] * 4)  # grpo wins 8 more, loses none
+    results["compare_files"] = {"real.jsonl": played([True] * 16, [False] * 16)}
+    lines = summary_markdown(results, paired=("grpo", "sft")).splitlines()
+    (row,) = [line for line in lines if line.startswith("| grpo - sft")]
+    assert row == "| grpo - sft, paired (McNemar p) | +50.0 points, p 0.0078 (8 vs 0) | -100.0 points, p 3.1e-05 (0 vs 16) |"
+    assert "exact McNemar p" in lines[-1]
+    assert not [line for line in summary_markdown(results).splitlines() if "paired" in line]
+
+
+def test_a_replaying_sender_samples_a_seeded_call_once_and_passes_the_rest_through():
+    from emojikit.api.policy import SamplingParams
+    from emojikit.evaluation.evaluate import ReplayingSender
+
+    calls = []
+
+    class Counting:
+        name = "counting"
+
+        def sample(self, prompts, n, params, decoder=None):
+            calls.append((len(prompts), params.seed))
+            return [[f"answer {len(calls)}"] * n for _ in prompts]
+
+    sender, decoder = ReplayingSender(Counting()), object()
+    prompts = [[{"role": "user", "content": "I adopted a kitten"}]]
+    first = sender.sample(prompts, 1, SamplingParams(seed=3), decoder)
+    assert sender.sample(prompts, 1, SamplingParams(seed=3), decoder) == first == [["answer 1"]]
+    assert sender.sample(prompts, 1, SamplingParams(seed=4), decoder) == [["answer 2"]]      # another seed: sampled
+    assert sender.sample(prompts, 1, SamplingParams(seed=3), object()) == [["answer 3"]]     # another decoder: sampled
+    assert sender.sample(prompts, 1, SamplingParams(), decoder) == [["answer 4"]]            # no seed: never replayed
+    assert sender.sample(prompts, 1, SamplingParams(), decoder) == [["answer 5"]]
+    assert len(calls) == 5 and sender.name == "counting"
+
+
+def test_loaded_senders_play_a_second_reader_as_a_fresh_load_would_sampling_only_its_repairs(tmp_path, tiny_model, monkeypatch):
+    from emojikit.api.components import Message
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.evaluation.evaluate import EvalSettings, LoadedSenders, evaluate_checkpoints
+    from emojikit_local.policy import LocalPolicy
+
+    sampled = []
+    real_sample = LocalPolicy.sample
+    monkeypatch.setattr(LocalPolicy, "sample", lambda self, prompts, *a, **k: (sampled.append(len(prompts)), real_sample(self, prompts, *a, **k))[1])
+    targets = [Message(text=t) for t in ("I adopted a kitten today", "The train to Paris is late again", "We won the final match", "My tooth hurts")]
+    settings = EvalSettings(checkpoints=["base"], unmasked=False)
+    model = f"backend.model={json.dumps(str(tiny_model))}"
+
+    def reader(name):
+        return load_recipe(ROOT / "recipes/eval.toml", [model, f'judge={{ use = "{name}", distractors = 4 }}', "game.max_turns=2", "decoder.max_emoji=3"])
+
+    fresh = {name: evaluate_checkpoints(reader(name), settings, targets, tmp_path, progress=False) for name in ("keywords", "retrieval")}
+    sampled.clear()
+    loaded = LoadedSenders()
+    kept = {name: evaluate_checkpoints(reader(name), settings, targets, tmp_path, progress=False, senders=loaded) for name in ("keywords", "retrieval")}
+    for name in kept:  # the same games, turn by turn
+        assert kept[name]["checkpoints"]["base"]["per_target"] == fresh[name]["checkpoints"]["base"]["per_target"]
+    # One first turn for both readers (from memory the second time), then each reader's repair turn for its misses.
+    misses = [sum(ep["n_turns"] == 2 for ep in kept[name]["checkpoints"]["base"]["per_target"]) for name in kept]
+    assert all(misses) and sampled == [len(targets)] + misses and list(loaded.senders) == ["base"]
+
+
 def test_an_unknown_compare_judge_fails_before_training(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "recipes").symlink_to(ROOT / "recipes")

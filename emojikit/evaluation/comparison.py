@@ -94,26 +94,31 @@ def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optio
     if not heldout:
         print("no comparison: [grpo] eval_targets = 0")
         return None
+    from emojikit.evaluation.evaluate import LoadedSenders
+
     rows = senders(start, final)
-    results = play_rows(recipe, g, rows, heldout, run_dir)
+    loaded = LoadedSenders()  # each sender loads once; a set's first turn is sampled once for every reader
+    results = play_rows(recipe, g, rows, heldout, run_dir, loaded)
+    loaded.drop("base")  # played on the held-out set only
     results["senders"] = rows
     legend = "; ".join(f"{label} = {sender}" for label, sender in rows.items() if label != sender)
     table = game_markdown(results) + f"\n{legend}\n"
     # More held-out sets (messages people wrote); the base model is left out there: it wins
     # almost nothing (the first table) and costs as much time as a trained sender.
     extra_rows = {label: sender for label, sender in rows.items() if sender != "base"}
-    results["compare_files"] = play_compare_files(recipe, g, extra_rows, run_dir)
+    results["compare_files"] = play_compare_files(recipe, g, extra_rows, run_dir, loaded)
     table += "".join(f"\n### {path} ({entry['which']}; base left out)\n\n" + game_markdown(entry) for path, entry in results["compare_files"].items())
     # The same senders under readers RL did not train against: a gain only the trained reader
     # sees is a pun on that reader, not better communication.
     results["readers"] = {}
     for name in g.compare_judges:
         reader = reader_recipe(recipe, name)
-        on_heldout = play_rows(reader, g, extra_rows, heldout, run_dir)
-        results["readers"][name] = {"heldout": on_heldout, "compare_files": play_compare_files(reader, g, extra_rows, run_dir)}
+        on_heldout = play_rows(reader, g, extra_rows, heldout, run_dir, loaded)
+        results["readers"][name] = {"heldout": on_heldout, "compare_files": play_compare_files(reader, g, extra_rows, run_dir, loaded)}
         table += f"\n## Under the `{name}` judge (the senders above; base left out)\n\n" + game_markdown(on_heldout)
         table += "".join(f"\n### {path} ({entry['which']})\n\n" + game_markdown(entry) for path, entry in results["readers"][name]["compare_files"].items())
-    table = summary_markdown(results) + "\n" + table
+    start_label = next((label for label, sender in rows.items() if sender == start), None)
+    table = summary_markdown(results, paired=("grpo", start_label) if start_label else None) + "\n" + table
     table += (f"\nOne run, seed {recipe.seed}: a difference of a few points between sft and grpo here is within what another seed "
               "or CPU moves; `emojikit sweep` runs the recipe over seeds with paired tests (docs/experiments/rl-other-reader.md "
               "has the spread of this RL stage over seeds).\n")
@@ -125,17 +130,17 @@ def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optio
     return table
 
 
-def play_rows(recipe, g, rows: dict[str, str], targets, run_dir, pool=()) -> dict:
+def play_rows(recipe, g, rows: dict[str, str], targets, run_dir, loaded, pool=()) -> dict:
     """evaluate_checkpoints for the rows (label -> sender), its entries keyed by label."""
     from emojikit.evaluation.evaluate import EvalSettings, evaluate_checkpoints
 
     settings = EvalSettings(checkpoints=list(rows.values()), temperature=g.eval_temperature, unmasked=False)
-    results = evaluate_checkpoints(comparison_recipe(recipe), settings, targets, run_dir.path, pool=pool)
+    results = evaluate_checkpoints(comparison_recipe(recipe), settings, targets, run_dir.path, pool=pool, senders=loaded)
     results["checkpoints"] = {label: results["checkpoints"][sender] for label, sender in rows.items()}
     return results
 
 
-def play_compare_files(recipe, g, rows: dict[str, str], run_dir) -> dict:
+def play_compare_files(recipe, g, rows: dict[str, str], run_dir, loaded) -> dict:
     """Each compare_files set: its first compare_rows rows played (all when 0), every row in the pool."""
     from emojikit.play.targets import read_targets
 
@@ -143,7 +148,7 @@ def play_compare_files(recipe, g, rows: dict[str, str], run_dir) -> dict:
     for path in g.compare_files:
         rows_of_file = read_targets(Path(path))
         played = rows_of_file[: g.compare_rows] if g.compare_rows else rows_of_file
-        entry = play_rows(recipe, g, rows, played, run_dir, pool=[m.text for m in rows_of_file])
+        entry = play_rows(recipe, g, rows, played, run_dir, loaded, pool=[m.text for m in rows_of_file])
         entry["pool_rows"] = len(rows_of_file)
         entry["which"] = "every message" if len(played) == len(rows_of_file) else (
             f"the first {len(played)} of its {len(rows_of_file)} messages, all {len(rows_of_file)} in the judge's pool")
@@ -151,8 +156,11 @@ def play_compare_files(recipe, g, rows: dict[str, str], run_dir) -> dict:
     return out
 
 
-def summary_markdown(results: dict) -> str:
-    """One line per sender: success (first-turn success) on every set, under every reader."""
+def summary_markdown(results: dict, paired: Optional[tuple[str, str]] = None) -> str:
+    """One line per sender: success (first-turn success) on every set, under every reader; with
+    `paired` (a, b), a last line: a's gain over b target by target and its exact McNemar p."""
+    from emojikit.evaluation.repair import paired_comparison
+
     columns = [(results["judge"], "held-out", results)]
     columns += [(results["judge"], Path(p).stem, e) for p, e in results["compare_files"].items()]
     for name, played in results.get("readers", {}).items():
@@ -169,4 +177,19 @@ def summary_markdown(results: dict) -> str:
             first = f" ({m['first_turn_success']:.3f})" if m and "first_turn_success" in m else ""
             cells.append(f"{m['success_rate']:.3f}{first}" if m else "-")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if paired is not None:
+        a, b = paired
+        cells = []
+        for _, _, entry in columns:
+            wins = [entry["checkpoints"].get(label, {}).get("per_target_success") for label in (a, b)]
+            if None in wins:
+                cells.append("-")
+                continue
+            row = paired_comparison(*wins)
+            cells.append(f"{100 * row['difference']:+.1f} points, p {row['mcnemar_p']:.2g} ({row['a_only']} vs {row['b_only']})")
+        if any(cell != "-" for cell in cells):
+            lines.append(f"| {a} - {b}, paired (McNemar p) | " + " | ".join(cells) + " |")
+            lines += ["", f"The last line: {a}'s gain over {b} on the same targets, with the exact McNemar p (targets only {a} wins "
+                      f"vs only {b} wins). A p above 0.05 is inside the noise of these targets, and one seed of the RL stage "
+                      "adds its own on top."]
     return "\n".join(lines) + "\n"

@@ -6,6 +6,8 @@ Every figure comes from samples drawn here; nothing is estimated or carried over
 from __future__ import annotations
 
 import collections
+import collections.abc
+import dataclasses
 import json
 from pathlib import Path
 from typing import Optional, Sequence
@@ -156,17 +158,66 @@ def first_turn_specificity(episodes) -> dict:
     return specificity([ep.target for ep in played], [ep.turns[0].emoji for ep in played])
 
 
-def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path, *, progress: bool = True, pool: Sequence[str] = ()) -> dict:
+class ReplayingSender:
+    """A sender that answers a seeded sample call it has answered before from memory. Seeded
+    sampling is deterministic, and a game's first turn (its prompts, its seed) is the same under
+    every reader: a caller that plays the same targets under several readers samples it once."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self._answers: dict = {}
+
+    def sample(self, prompts, n, params, decoder=None):
+        if params.seed is None or not isinstance(decoder, collections.abc.Hashable):
+            return self.policy.sample(prompts, n, params, decoder)
+        # The decoder itself in the key (not its id): it stays alive, so no later decoder takes its id.
+        key = (json.dumps(prompts, sort_keys=True, ensure_ascii=False), n, dataclasses.astuple(params), decoder)
+        if key not in self._answers:
+            self._answers[key] = self.policy.sample(prompts, n, params, decoder)
+        return [list(group) for group in self._answers[key]]
+
+    def __getattr__(self, name):
+        return getattr(self.policy, name)
+
+
+class LoadedSenders:
+    """What evaluate_checkpoints keeps between calls that play the same senders again (the
+    comparison plays every set under every reader): the decoder, and each checkpoint loaded once,
+    its seeded answers replayed (ReplayingSender). `drop` frees a sender no later call plays."""
+
+    def __init__(self):
+        self.decoder = None
+        self.senders: dict = {}
+
+    def drop(self, checkpoint: str) -> None:
+        self.senders.pop(checkpoint, None)
+
+
+def load_sender(recipe, checkpoint: str, game, out_dir: Path):
+    """What plays `checkpoint`: a teacher (teacher:NAME), the base model, or a saved checkpoint."""
+    if checkpoint.startswith(TEACHER_PREFIX):
+        return teacher_sender(recipe, checkpoint[len(TEACHER_PREFIX):], game, out_dir)
+    sender = recipe.build("backend", out_dir)
+    if checkpoint != "base":
+        sender.load(checkpoint, with_optimizer=False)
+    return sender
+
+
+def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path, *, progress: bool = True, pool: Sequence[str] = (),
+                         senders: Optional[LoadedSenders] = None) -> dict:
     """Play the same targets with every sender (same judge, same seed), with a progress bar
     over finished episodes. `pool`: more candidates for a pool judge besides the targets (the
-    rest of a set of which only the first rows are played)."""
+    rest of a set of which only the first rows are played). `senders`: keep the loaded senders
+    for later calls (LoadedSenders); without it each is loaded here and let go after its games."""
     from tqdm import tqdm
 
     from emojikit.play.game import count_finished, episode_to_json, play
     from emojikit.api.policy import SamplingParams
 
     game = recipe.settings["game"]
-    decoder = recipe.build("decoder", out_dir)
+    if senders is not None and senders.decoder is None:
+        senders.decoder = recipe.build("decoder", out_dir)
+    decoder = senders.decoder if senders is not None else recipe.build("decoder", out_dir)
     judge = recipe.build("judge", out_dir)
     reward = recipe.build("reward", out_dir)
     add_candidates(judge, [m.text for m in targets] + list(pool))  # the judge ignores duplicates
@@ -182,12 +233,12 @@ def evaluate_checkpoints(recipe, settings: EvalSettings, targets, out_dir: Path,
     try:
         for checkpoint in settings.checkpoints:
             bar.set_postfix_str(Path(checkpoint).name if "/" in checkpoint else checkpoint)
-            if checkpoint.startswith(TEACHER_PREFIX):
-                sender = teacher_sender(recipe, checkpoint[len(TEACHER_PREFIX):], game, out_dir)
+            if senders is None:
+                sender = load_sender(recipe, checkpoint, game, out_dir)
+            elif checkpoint in senders.senders:
+                sender = senders.senders[checkpoint]
             else:
-                sender = recipe.build("backend", out_dir)
-                if checkpoint != "base":
-                    sender.load(checkpoint, with_optimizer=False)
+                sender = senders.senders[checkpoint] = ReplayingSender(load_sender(recipe, checkpoint, game, out_dir))
             episodes = play_all(sender, decoder)
             entry = {"masked": game_metrics(episodes), "categories": {}}
             entry["masked"].update(first_turn_specificity(episodes))

@@ -5,6 +5,7 @@ real model runs on the bundled SmolLM2, loaded once per session.
 """
 
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -440,6 +441,22 @@ def test_a_model_not_available_offline_fails_fast(monkeypatch):
     assert missing in message and "huggingface-cli download" in message
     with pytest.raises(ModelUnavailableError, match="huggingface-cli download"):
         check_model_available(LocalConfig(model=missing), BuildContext())
+
+
+def test_lora_layers_beyond_the_models_layers_fails_at_validate_in_one_line(tiny_model, tmp_path):
+    from click.testing import CliRunner
+
+    from emojikit.ui.cli import cli
+
+    check_model_available(LocalConfig(model=str(tiny_model), lora_layers=2), BuildContext())  # every layer: fine
+    with pytest.raises(ConfigError, match=r"^lora_layers = 3: the model has 2 decoder layers$"):
+        check_model_available(LocalConfig(model=str(tiny_model), lora_layers=3), BuildContext())
+    with pytest.raises(ConfigError, match=r"lora_layers = 31: the model has 30 decoder layers"):  # SmolLM2-135M
+        check_model_available(LocalConfig(model=SMOLLM2, lora_layers=31), BuildContext())
+    recipe = Path(__file__).resolve().parents[1] / "recipes/sft.toml"
+    result = CliRunner().invoke(cli, ["validate", str(recipe), "--set", "backend.lora_layers=40"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "[backend] lora_layers = 40: the model has 30 decoder layers" in result.output
 
 
 def test_the_bundled_model_loads_unquantized(smol):

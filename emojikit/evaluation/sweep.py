@@ -110,29 +110,32 @@ def describe_repair(counts_S: list[tuple[int, int]]) -> dict:
 
 def evaluate_sweep(recipe_path: Path, run_dirs: Sequence[Path], judges: Sequence[str], teacher: Optional[str], out: Path) -> dict:
     """Per judge: every seed's start and final checkpoints on the run's held-out targets,
-    sampled with that seed; the teacher (deterministic) once."""
-    from emojikit.evaluation.evaluate import EvalSettings, eval_targets, evaluate_checkpoints
+    sampled with that seed; the teacher (deterministic) once. A run's checkpoints load once for
+    every judge, and their first turns (the same under every judge) are sampled once."""
+    from emojikit.evaluation.evaluate import EvalSettings, LoadedSenders, eval_targets, evaluate_checkpoints
     from emojikit.composition.recipe import load_recipe
 
     results: dict = {"recipe": str(recipe_path), "judges": {}, "seeds": []}
-    for judge in judges:
-        per_label: dict[str, dict[str, list]] = {}
-        for run_dir in run_dirs:
-            run_recipe = load_recipe(run_dir / "recipe.toml")  # what the run was, --set values included
-            g, game = run_recipe.settings["grpo"], run_recipe.settings["game"]
-            max_turns = g.max_turns or game.max_turns
-            seed = run_recipe.seed
-            if seed not in results["seeds"]:
-                results["seeds"].append(seed)
-            checkpoints = [start_checkpoint(run_dir), str(final_checkpoint(run_dir))]
-            if teacher and run_dir == run_dirs[0]:
-                checkpoints.append(f"teacher:{teacher}")
+    per_judge: dict[str, dict[str, dict[str, list]]] = {judge: {} for judge in judges}
+    for run_dir in run_dirs:
+        run_recipe = load_recipe(run_dir / "recipe.toml")  # what the run was, --set values included
+        g, game = run_recipe.settings["grpo"], run_recipe.settings["game"]
+        max_turns = g.max_turns or game.max_turns
+        seed = run_recipe.seed
+        if seed not in results["seeds"]:
+            results["seeds"].append(seed)
+        checkpoints = [start_checkpoint(run_dir), str(final_checkpoint(run_dir))]
+        if teacher and run_dir == run_dirs[0]:
+            checkpoints.append(f"teacher:{teacher}")
+        loaded = LoadedSenders()
+        for judge in judges:
+            per_label = per_judge[judge]
             eval_recipe = eval_recipe_for(run_recipe, judge, max_turns, out)
             settings = EvalSettings(checkpoints=checkpoints, targets_file=g.heldout_file, n_targets=g.eval_targets or None,
                                     temperature=g.eval_temperature, unmasked=False)
             targets = eval_targets(eval_recipe, settings, out)
             print(f"sweep: judge {judge}, seed {seed}: {', '.join(checkpoints)} on {len(targets)} targets")
-            report = evaluate_checkpoints(eval_recipe, settings, targets, out)
+            report = evaluate_checkpoints(eval_recipe, settings, targets, out, senders=loaded)
             for checkpoint, label in zip(checkpoints, ["start", "grpo", "teacher"]):
                 entry = report["checkpoints"][checkpoint]
                 rows = per_label.setdefault(label, {"success": [], "similarity": [], "checkpoints": [], "format_violations": [], "first_turn": [], "repair": []})
@@ -142,6 +145,7 @@ def evaluate_sweep(recipe_path: Path, run_dirs: Sequence[Path], judges: Sequence
                 rows["similarity"].append(entry["per_target_similarity"])
                 rows["checkpoints"].append(checkpoint)
                 rows["format_violations"].append(entry["masked"]["format_violations"])
+    for judge, per_label in per_judge.items():
         summary = {label: {"success": describe_runs(r["success"]), "similarity": describe_runs(r["similarity"]),
                            "first_turn_success": describe_runs(r["first_turn"]), "repair_rate": describe_repair(r["repair"]),
                            "checkpoints": r["checkpoints"], "format_violations": max(r["format_violations"])} for label, r in per_label.items()}

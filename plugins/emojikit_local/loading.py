@@ -8,8 +8,9 @@ Other plugins (the local-LM judge, the benchmarks) load models through here too.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from emojikit.support import bundled
 from emojikit.api.errors import ConfigError, ModelUnavailableError
@@ -98,6 +99,35 @@ def load_model(model: str, dtype: str = "float32", device: str = "auto"):
     clear_quantization_markers(lm)
     lm.eval()
     return lm.to(resolve_device(device))
+
+
+def decoder_layer_count(model: str) -> Optional[int]:
+    """The model's number of decoder layers, read from its config alone (no weights): the
+    dequantized copy's config.json, a local directory's, the cached hub config, or the bundled
+    GGUF's header. None when none of these is on disk; the model's load finds out then."""
+    config_file = None
+    if model in bundled.BUNDLED:
+        config_file = _cached_bundled_dir(model) / "config.json"
+        if not config_file.is_file():  # no dequantized copy yet: transformers reads the GGUF's header
+            from transformers import AutoConfig
+
+            try:
+                path, kwargs = bundled.resolve_model(model)
+                return int(AutoConfig.from_pretrained(path, **kwargs).num_hidden_layers)
+            except Exception:  # noqa: BLE001 - the load reports what is wrong with the model
+                return None
+    elif Path(model).is_dir():
+        config_file = Path(model) / "config.json"
+    elif not Path(model).exists():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+        config_file = Path(cached) if isinstance(cached, str) else None
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        return int(config.get("num_hidden_layers") or config["text_config"]["num_hidden_layers"])
+    except (AttributeError, OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def load_tokenizer(model: str):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from emojikit.support import bundled
 from emojikit.api.components import BuildContext, Component
-from emojikit.api.errors import ModelUnavailableError
+from emojikit.api.errors import ConfigError, ModelUnavailableError
 from emojikit.api.hookspecs import hookimpl
 from emojikit_local.config import LocalConfig
 
@@ -25,20 +25,30 @@ def build_local_policy(config: LocalConfig, ctx: BuildContext):
 
 
 def check_model_available(config: LocalConfig, ctx: BuildContext) -> None:
-    """Fail during validation, before anything loads, when the model cannot be found offline."""
+    """Fail during validation, before anything loads, when the model cannot be found offline
+    or has fewer decoder layers than lora_layers asks for."""
     if (problem := bundled.model_problem(config.model)) is not None:
         raise ModelUnavailableError(problem)
     if config.model.startswith("bundled:"):
         bundled.resolve_model(config.model)
-        return
-    if Path(config.model).exists() or not bundled.is_offline():
-        return
+    elif not Path(config.model).exists() and bundled.is_offline():
+        check_in_hub_cache(config.model)
+    if config.lora_layers is not None:
+        from emojikit_local.loading import decoder_layer_count
+
+        layers = decoder_layer_count(config.model)
+        if layers is not None and config.lora_layers > layers:
+            raise ConfigError(f"lora_layers = {config.lora_layers}: the model has {layers} decoder layers")
+
+
+def check_in_hub_cache(model: str) -> None:
+    """A hub id while offline: its config.json must be in the local cache."""
     from huggingface_hub import try_to_load_from_cache
 
-    if not isinstance(try_to_load_from_cache(config.model, "config.json"), str):
+    if not isinstance(try_to_load_from_cache(model, "config.json"), str):
         raise ModelUnavailableError(
-            f"model {config.model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
-            f"download it once with `huggingface-cli download {config.model}`, or set model to a local "
+            f"model {model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+            f"download it once with `huggingface-cli download {model}`, or set model to a local "
             f"directory or to {bundled.SMOLLM2!r}"
         )
 

@@ -245,6 +245,31 @@ def test_tiny_sampler_logprobs_match_compute_logprobs_under_a_mask(top_p):
     assert any(abs(a - b) > 1e-2 for lp, um in zip(recomputed, unmasked) for a, b in zip(lp, um))
 
 
+def test_prompts_that_start_alike_prefill_their_start_once_and_sample_as_before(monkeypatch):
+    from emojikit_local import sampling
+
+    policy = tiny_policy()
+    decoder = IdSetDecoder(lambda tok: list(range(4, TINY_VOCAB, 2)))
+    start = "w20 w21 w22 w23 w24 w25"  # as every game prompt starts with the chat template and system prompt
+    prompts = [[{"role": "user", "content": f"{start} {rest}"}] for rest in ("w5 w6 w7", "w9", "w10 w11 w12 w13 w14")]
+    params = SamplingParams(max_tokens=7, temperature=0.7, seed=3)
+    widths = []
+    forward = policy.model.forward
+    monkeypatch.setattr(policy.model, "forward", lambda *a, **k: (widths.append(tuple(k["input_ids"].shape)), forward(*a, **k))[1])
+    shared = [s for group in policy.sample(prompts, 2, params, decoder) for s in group]
+    assert widths[0] == (1, 6) and widths[1] == (3, 5)  # the start once, then each prompt's rest (left-padded)
+    widths.clear()
+    monkeypatch.setattr(sampling, "MIN_COMMON_PREFIX", 10**6)  # every prompt prefilled whole
+    whole = [s for group in policy.sample(prompts, 2, params, decoder) for s in group]
+    assert widths[0] == (3, 11)
+    assert [s.tokens for s in shared] == [s.tokens for s in whole]
+    for a, b in zip(shared, whole):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    datums = [Datum.from_sample(s, advantage=1.0, decoded=True) for s in shared]
+    for s, lp in zip(shared, policy.compute_logprobs(datums, temperature=0.7, decoder=decoder)):
+        assert lp[-len(s.tokens):] == pytest.approx(s.logprobs, abs=1e-3)
+
+
 def test_weighted_only_logprobs_are_the_full_ones_at_weighted_positions():
     """fold_kl's cheap path (shared prompt, weighted positions only) scores what the full pass
     scores, masked, for the policy and for the reference."""

@@ -12,9 +12,7 @@ import torch
 
 from emojikit.api.policy import Datum
 from emojikit_local.distribution import allowed_rows, target_logprobs_of
-
-# Below this many shared tokens the extra cache copy costs more than the prefix pass saves.
-MIN_COMMON_PREFIX = 4
+from emojikit_local.sampling import MIN_COMMON_PREFIX, cache_argument, common_prefix_length, left_pad, returned_cache, unique_rows
 
 
 def right_pad(rows: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,17 +63,6 @@ def prefix_split(datum: Datum) -> int:
 
 def prefix_key(datum: Datum) -> tuple[int, ...]:
     return tuple(datum.model_input[: prefix_split(datum)])
-
-
-def common_prefix_length(prefixes: Sequence[Sequence[int]]) -> int:
-    """How many leading tokens all prefixes share (in SFT batches: the chat template and system
-    prompt, ~a third of each short example)."""
-    shortest = min(len(p) for p in prefixes)
-    for i in range(shortest):
-        token = prefixes[0][i]
-        if any(p[i] != token for p in prefixes):
-            return i
-    return shortest
 
 
 def target_logprobs(model, datums: Sequence[Datum], *, temperature: float, constraint: Any, budget: int, pad_id: int, device, first_position: int = 0, share_prefix: bool = False, weighted_only: bool = False) -> torch.Tensor:
@@ -162,8 +149,6 @@ def _scored_logprobs(model, hidden_B_K_D, targets_B_K, needed_B_K, datums, offse
 
 
 def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *, temperature, constraint, budget, pad_id, device, weighted_only: bool) -> torch.Tensor:
-    from emojikit_local.sampling import cache_argument, left_pad, returned_cache, unique_rows
-
     decoder = _decoder(model)
     prefixes, row_to_unique = unique_rows([d.model_input[:s] for d, s in zip(datums, splits)])
     prefix_U_P, prefix_attention_U_P = left_pad(prefixes, pad_id, device)

@@ -116,7 +116,8 @@ def scored_tokens(policy, datums) -> tuple[list[int], int]:
     """(context length of every token run, positions projected through the head) when
     forward_backward / compute_logprobs(weighted_only=True) score `datums`: per micro-batch, a
     prompt shared by several datums (or the start all share) runs once (scoring.target_logprobs)."""
-    from emojikit_local.scoring import MIN_COMMON_PREFIX, common_prefix_length, prefix_split
+    from emojikit_local.sampling import MIN_COMMON_PREFIX, common_prefix_length
+    from emojikit_local.scoring import prefix_split
 
     contexts, head = [], 0
     for batch in policy._micro_batches(datums):
@@ -141,16 +142,22 @@ def scored_tokens(policy, datums) -> tuple[list[int], int]:
 
 
 def sampling_tokens(groups) -> tuple[list[int], int]:
-    """(contexts of the tokens run, head positions) of decode_batch: each distinct prompt is
-    prefilled once (logits at its last position only), then every drawn token but a row's last
-    is fed back one at a time, and every drawn token needed one row of logits."""
-    contexts, head, seen = [], 0, set()
+    """(contexts of the tokens run, head positions) of decode_batch: the start the distinct
+    prompts share is prefilled once, the rest of each distinct prompt once (logits at its last
+    position only), then every drawn token but a row's last is fed back one at a time, and every
+    drawn token needed one row of logits."""
+    from emojikit_local.sampling import MIN_COMMON_PREFIX, common_prefix_length
+
+    distinct = list(dict.fromkeys(tuple(sample.prompt_tokens) for group in groups for sample in group))
+    shared = min(common_prefix_length(distinct), min(len(p) for p in distinct) - 1) if len(distinct) > 1 else 0
+    shared = shared if shared >= MIN_COMMON_PREFIX else 0
+    contexts, head, seen = list(range(1, shared + 1)), 0, set()
     for group in groups:
         for sample in group:
             prompt = tuple(sample.prompt_tokens)
             if prompt not in seen:
                 seen.add(prompt)
-                contexts += range(1, len(prompt) + 1)
+                contexts += range(shared + 1, len(prompt) + 1)
             fed = len(sample.tokens) - 1
             contexts += range(len(prompt) + 1, len(prompt) + 1 + fed)
             head += len(sample.tokens)

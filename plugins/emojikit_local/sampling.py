@@ -163,4 +163,3 @@ def prefill(model, unique: Sequence[Sequence[int]], pad_id: int, device, cache_n
     positions_U_S = shared + (rest_attention_U_S.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=rest_U_S, attention_mask=attention_U_T, position_ids=positions_U_S, use_cache=True, logits_to_keep=1, **{cache_name: cache})
     return out, attention_U_T, positions_U_S[:, -1]
-

@@ -24,7 +24,8 @@ would count every thread, spinning ones too), which needs an idle machine. Both 
   sft        forward_backward("cross_entropy") + optim_step on `batch` SFT chats
   sampling   `prompts` x `completions` rows of up to `new_tokens` tokens at temperature 1
   reference  the KL's reference pass (compute_logprobs(reference=True, weighted_only=True))
-  training   forward_backward("ppo") + optim_step on those samples
+  training   forward_backward("ppo") + optim_step on those samples (with --lora-layers, the layers
+             below take their output from the reference pass, as in GRPO; not counted again)
 """
 
 from __future__ import annotations
@@ -106,10 +107,12 @@ class Shapes:
         return 2.0 * self.head * positions
 
 
-def training_flops(forward: dict[str, float], head: float, adapted: float = 1.0) -> float:
+def training_flops(forward: dict[str, float], head: float, adapted: float = 1.0, lower_replayed: bool = False) -> float:
     """Forward + backward: frozen base and head input gradients only (1x), LoRA and attention 2x;
-    the backward stops below the lowest adapted layer (`adapted`: their share of the layers)."""
-    return (1 + adapted) * forward["base"] + 3 * forward["lora"] + (1 + 2 * adapted) * forward["attention"] + 2 * head
+    the backward stops below the lowest adapted layer (`adapted`: their share of the layers).
+    `lower_replayed`: the layers below ran in the reference pass, not again (frozen_layers.py)."""
+    forward_share = adapted if lower_replayed else 1.0
+    return (forward_share + adapted) * forward["base"] + 3 * forward["lora"] + (forward_share + 2 * adapted) * forward["attention"] + 2 * head
 
 
 def scored_tokens(policy, datums) -> tuple[list[int], int]:
@@ -205,10 +208,11 @@ def measure(policy, shapes: Shapes, args) -> dict[str, dict]:
         policy.compute_logprobs(datums, reference=True, weighted_only=True)
         reference_s = (clock() - t, time.perf_counter() - wall)
 
-        t, wall = clock(), time.perf_counter()
+        t, wall, hits = clock(), time.perf_counter(), policy.lower_layers.hits
         out = policy.forward_backward(datums, "ppo")
         policy.optim_step(AdamParams(learning_rate=1e-5))
         training_s = (clock() - t, time.perf_counter() - wall)
+        replayed = policy.lower_layers.hits > hits  # the layers below lora_layers came from the reference pass
         if round_ == 0:
             continue
         for name, seconds in (("sft", sft_s), ("sampling", sampling_s), ("reference", reference_s), ("training", training_s)):
@@ -222,7 +226,7 @@ def measure(policy, shapes: Shapes, args) -> dict[str, dict]:
         contexts, head = scored_tokens(policy, datums)
         # the reference is the start weights: no adapter runs
         flops["reference"].append(sum(shapes.forward(contexts, lora=False).values()) + shapes.head_flops(head))
-        flops["training"].append(training_flops(shapes.forward(contexts, lora=True), shapes.head_flops(head), shapes.adapted))
+        flops["training"].append(training_flops(shapes.forward(contexts, lora=True), shapes.head_flops(head), shapes.adapted, lower_replayed=replayed))
         extra["grpo_tokens_run"].append(len(contexts))
         for key in ("sampler_gap_median", "sampler_gap_max", "ratio_max_deviation"):
             if key in out.metrics:

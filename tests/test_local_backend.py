@@ -83,12 +83,12 @@ def tiny_tokenizer():
     return tokenizer
 
 
-def tiny_policy(**config) -> LocalPolicy:
+def tiny_policy(layers: int = 2, **config) -> LocalPolicy:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     model_config = LlamaConfig(
-        vocab_size=TINY_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=TINY_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=128, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=None,
         initializer_range=0.5,  # a peaked, not uniform, next-token distribution
     )
@@ -330,6 +330,42 @@ def test_lora_layers_trains_the_last_layers_only_and_a_checkpoint_keeps_that(tmp
         assert got == pytest.approx(want, abs=1e-6)
     with pytest.raises(ConfigError, match=r"lora_layers = 3: the model has 2 decoder layers"):
         tiny_policy(lora_layers=3)
+
+
+@pytest.mark.parametrize("prompts", ["distinct", "grouped", "common"])
+def test_a_training_pass_after_the_reference_pass_reuses_the_layers_below_the_adapter(prompts):
+    """With LoRA in the top layer of three, forward_backward takes the two lower layers' output
+    from the reference pass on the same batch, and trains exactly as when it runs them."""
+    replaying, running = tiny_policy(layers=3, lora_layers=1, micro_batch_size=3), tiny_policy(layers=3, lora_layers=1, micro_batch_size=3)
+    assert replaying.lower_layers.depth == 2
+    for a, b in zip(replaying.trainable, running.trainable):
+        torch.nn.init.normal_(a, std=0.05, generator=torch.Generator().manual_seed(a.numel()))
+        b.data.copy_(a.data)
+    datums = random_datums(prompts=prompts)
+    with torch.no_grad():
+        for d in datums:
+            d.logprobs = (hand_logprobs(replaying.model, d, 1.0) + 0.1).tolist()
+    micro_batches = len(list(replaying._micro_batches(datums)))
+
+    reference = replaying.compute_logprobs(datums, reference=True, weighted_only=True)
+    assert len(replaying.lower_layers.entries) == micro_batches
+    out = replaying.forward_backward(datums, "ppo")
+    assert replaying.lower_layers.hits == micro_batches
+
+    assert running.compute_logprobs(datums, reference=True, weighted_only=True) == reference
+    running.lower_layers.clear()  # the training pass runs every layer
+    want = running.forward_backward(datums, "ppo")
+    assert running.lower_layers.hits == 0
+    assert out.loss == want.loss
+    for got, expected in zip(trainable_grads(replaying), trainable_grads(running)):
+        assert torch.equal(got, expected)
+
+
+def test_every_layer_adapted_keeps_no_lower_layers():
+    policy = tiny_policy()
+    datums = random_datums(3)
+    policy.compute_logprobs(datums, reference=True, weighted_only=True)
+    assert policy.lower_layers.depth == 0 and not policy.lower_layers.entries
 
 
 # --- the bundled SmolLM2 ---------------------------------------------------------------------

@@ -20,11 +20,12 @@ from emojikit.api.policy import AdamParams, ChatMessages, Datum, LossOutput, Sam
 from emojikit_local import checkpoint
 from emojikit_local.allocator import keep_freed_memory
 from emojikit_local.config import LocalConfig
+from emojikit_local.frozen_layers import LowerLayers
 from emojikit_local.hardware import compute_dtype
 from emojikit_local.losses import LOSSES, loss_sum
 from emojikit_local.precision import SamplerCorrection, bfloat16_compute, unadapted_projections
 from emojikit_local.sampling import decode_batch
-from emojikit_local.scoring import first_needed_position, prefix_key, target_logprobs
+from emojikit_local.scoring import first_needed_position, prefix_key, prefix_split, target_logprobs
 
 TRAINED, REFERENCE = "default", "reference"
 
@@ -113,6 +114,8 @@ class LocalPolicy:
         if self.dtype == "float32" and compute_dtype(config.base_matmul_dtype, str(self.device), key="base_matmul_dtype") == "bfloat16":
             lower_base_projections(self.model, torch.bfloat16)
         self.merged_sampling = bfloat16_compute(self.model) if self.dtype == "bfloat16" else None
+        # Below lora_layers: run once for a batch scored twice (the KL's reference pass, then training).
+        self.lower_layers = LowerLayers(self.model)
         corrected = config.sampler_correction == "truncated_is" or (config.sampler_correction == "auto" and self.dtype == "bfloat16")
         self.correction = SamplerCorrection(config.truncated_is_cap) if corrected else None
         self.model.eval()
@@ -231,19 +234,27 @@ class LocalPolicy:
         order = sorted(range(len(datums)), key=lambda i: (len(keys[i]), keys[i], len(datums[i].model_input)))
         return _chunks(order, self.config.micro_batch_size)
 
+    @staticmethod
+    def _unit_key(chunk: list[Datum], share_prefix: bool) -> tuple:
+        """What decides a micro-batch's decoder calls: its inputs, where each splits into a shared
+        prefix and its own suffix, and whether prefixes are shared (LowerLayers.unit)."""
+        return (share_prefix, tuple((tuple(d.model_input), prefix_split(d)) for d in chunk))
+
     def compute_logprobs(self, datums: Sequence[Datum], *, temperature: float = 1.0, decoder: Any = None, reference: bool = False, weighted_only: bool = False) -> list[list[float]]:
         self._check(datums)
         constraint = self._constraint(decoder)
         result: list[list[float]] = [[] for _ in datums]
+        self.lower_layers.clear()  # keeps this call's batches only: a training pass on them follows
         with torch.inference_mode(), self._weights(reference):
             for batch in self._micro_batches(datums):
                 chunk = [datums[i] for i in batch]
                 # weighted_only: as forward_backward scores, a group's shared prompt runs once
                 # and only weighted positions reach the vocabulary projection (0 elsewhere).
-                logprobs_B_T = target_logprobs(
-                    self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget, pad_id=self.pad_id, device=self.device,
-                    first_position=first_needed_position(chunk) if weighted_only else 0, share_prefix=weighted_only, weighted_only=weighted_only,
-                )
+                with self.lower_layers.unit(self._unit_key(chunk, weighted_only), record=True):
+                    logprobs_B_T = target_logprobs(
+                        self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget, pad_id=self.pad_id, device=self.device,
+                        first_position=first_needed_position(chunk) if weighted_only else 0, share_prefix=weighted_only, weighted_only=weighted_only,
+                    )
                 for row, i in enumerate(batch):
                     result[i] = logprobs_B_T[row, : len(datums[i].target_tokens)].tolist()
         return result
@@ -265,10 +276,11 @@ class LocalPolicy:
         try:
             for batch in self._micro_batches(datums):
                 chunk = [datums[i] for i in batch]
-                logprobs_B_T = target_logprobs(
-                    self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget,
-                    pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk), share_prefix=True, weighted_only=True,
-                )
+                with self.lower_layers.unit(self._unit_key(chunk, True), record=False, training=self.model.training):
+                    logprobs_B_T = target_logprobs(
+                        self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget,
+                        pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk), share_prefix=True, weighted_only=True,
+                    )
                 weights_B_T = self._per_position(chunk, lambda d: d.weights, logprobs_B_T.shape)
                 on_B_T = weights_B_T != 0
                 advantages_B_T = self._per_position(chunk, lambda d: d.advantages or [0.0] * len(d.weights), logprobs_B_T.shape)

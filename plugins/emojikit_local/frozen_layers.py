@@ -1,0 +1,101 @@
+"""The decoder layers below the first adapted one, run once for a batch that is scored twice.
+
+With LoRA in the top layers only (`lora_layers`), the layers below carry no adapter: their
+output is the same under the trained adapter, the reference adapter and none, and the same
+before and after an optimizer step. GRPO scores each step's batch twice, the KL's reference
+pass (compute_logprobs) and then the training pass (forward_backward), in the same
+micro-batches; the training pass takes the lower layers' output from the reference pass
+instead of computing it again (20 of SmolLM2's 30 layers with the recipes' `lora_layers = 10`).
+
+How: each lower layer's forward is wrapped (the module and its state_dict keys stay as they
+are). Inside `LowerLayers.unit(key)` a micro-batch is either recorded (its decoder calls run,
+the last lower layer's output of each is kept) or replayed (the lower layers pass the hidden
+state through untouched, add placeholder keys and values of the right length to a KV cache so
+that its length stays right for the layers above, and the last one returns the kept output).
+The lower layers' own cache entries are never read: their attention is replayed too.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Hashable, Iterator, Optional
+
+import torch
+
+MAX_BYTES = 1 << 30  # a batch whose lower outputs exceed this is not kept (it runs twice, as without the memo)
+
+
+class LowerLayers:
+    def __init__(self, model, max_bytes: int = MAX_BYTES):
+        from peft.tuners.lora import LoraLayer
+
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        layers = getattr(base.get_decoder(), "layers", None)
+        self.depth = 0
+        if isinstance(layers, torch.nn.ModuleList):
+            self.depth = next((i for i, layer in enumerate(layers) if any(isinstance(m, LoraLayer) for m in layer.modules())), 0)
+        config = base.config
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", 1)
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.max_bytes = max_bytes
+        self.enabled = self.depth > 0  # False: every pass runs every layer (bench/lower_layers.py's peer)
+        self.entries: dict[Hashable, list[torch.Tensor]] = {}
+        self.bytes = 0
+        self.hits = 0  # micro-batches replayed (a test's and a bench's check)
+        self._mode: Optional[str] = None  # "record" or "replay" inside a unit
+        self._outputs: list[torch.Tensor] = []
+        self._call = 0
+        self._dropout = False
+        for index, layer in enumerate(layers[: self.depth] if self.depth else []):
+            self._dropout |= any(getattr(m, "p", 0.0) > 0 for m in layer.modules() if isinstance(m, torch.nn.Dropout))
+            self._dropout |= any(getattr(m, "attention_dropout", 0.0) > 0 for m in layer.modules())
+            layer.forward = self._wrap(layer.forward, index)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.bytes = 0
+
+    @contextmanager
+    def unit(self, key: Hashable, *, record: bool, training: bool = False) -> Iterator[None]:
+        """One micro-batch's decoder calls: replayed when `key` was recorded, else recorded when
+        `record`, else run as they are. Lower layers with dropout run as they are while training."""
+        mode = None
+        if self.enabled and not (training and self._dropout):
+            mode = "replay" if key in self.entries else ("record" if record else None)
+        self._mode, self._outputs, self._call = mode, (self.entries[key] if mode == "replay" else []), 0
+        try:
+            yield
+            if self._mode == "record" and self._outputs:
+                size = sum(t.numel() * t.element_size() for t in self._outputs)
+                if self.bytes + size <= self.max_bytes:
+                    self.entries[key] = self._outputs
+                    self.bytes += size
+            elif mode == "replay":
+                self.hits += 1
+        finally:
+            self._mode, self._outputs, self._call = None, [], 0
+
+    def _wrap(self, forward, index: int):
+        last = index == self.depth - 1
+
+        def lower_layer(hidden_states: torch.Tensor, *args, **kwargs):
+            if self._mode != "replay":
+                out = forward(hidden_states, *args, **kwargs)
+                if self._mode == "record" and last:
+                    if not isinstance(out, torch.Tensor):  # a model whose layers return tuples: not kept
+                        self._mode = None
+                    else:
+                        with torch.inference_mode(False):  # a plain tensor, so a later pass with grad can use it
+                            self._outputs.append(out.detach().clone())
+                return out
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            if cache is not None:
+                placeholder = hidden_states.new_zeros(hidden_states.shape[0], self.kv_heads, hidden_states.shape[1], self.head_dim)
+                cache.update(placeholder, placeholder, index)
+            if not last:
+                return hidden_states
+            out = self._outputs[self._call]
+            self._call += 1
+            return out
+
+        return lower_layer

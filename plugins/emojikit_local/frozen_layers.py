@@ -30,13 +30,14 @@ class LowerLayers:
         from peft.tuners.lora import LoraLayer
 
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        layers = getattr(base.get_decoder(), "layers", None)
-        self.depth = 0
-        if isinstance(layers, torch.nn.ModuleList):
+        decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
+        layers = getattr(decoder, "layers", None)
+        config = getattr(base, "config", None)
+        self.depth = 0  # 0: no layer below the adapter is known (every layer adapted, or another architecture)
+        if isinstance(layers, torch.nn.ModuleList) and getattr(config, "num_attention_heads", None):
             self.depth = next((i for i, layer in enumerate(layers) if any(isinstance(m, LoraLayer) for m in layer.modules())), 0)
-        config = base.config
-        self.kv_heads = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", 1)
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+            self.kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+            self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.max_bytes = max_bytes
         self.enabled = self.depth > 0  # False: every pass runs every layer (bench/lower_layers.py's peer)
         self.entries: dict[Hashable, list[torch.Tensor]] = {}

@@ -20,45 +20,31 @@ import copy
 import statistics
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, parser as bench_parser, print_header  # noqa: E402
+from rollouts import build  # noqa: E402
 
 RECIPE = Path("recipes/grpo.toml")
-
-
-def component(table: str, name: str, seed: int, **overrides):
-    from emojikit.api.components import BuildContext
-    from emojikit.composition.recipe import COMPONENT_TABLES
-    from emojikit.composition.registry import get_registry
-
-    spec = get_registry().get(COMPONENT_TABLES[table], name)
-    config = spec.config(**overrides)
-    ctx = BuildContext(seed=seed)
-    if spec.preflight is not None:
-        spec.preflight(config, ctx)
-    return spec.factory(config, ctx)
 
 
 def run(args) -> dict:
     import torch
 
     from emojikit.api.policy import SamplingParams
-    from emojikit.play.game import GameSettings
+    from emojikit.composition.recipe import load_recipe
     from emojikit.play.targets import read_targets
-    from emojikit.training.grpo import GRPOSettings, fold_kl, group_datums, play_groups, train
+    from emojikit.training.grpo import fold_kl, group_datums, play_groups, train
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    recipe = tomllib.loads(RECIPE.read_text(encoding="utf-8"))
-    g = GRPOSettings(**{k: v for k, v in recipe["grpo"].items() if k != "start_from"})
-    game = GameSettings(**recipe["game"])
-    policy = component("backend", "local", args.seed, init_from=args.checkpoint)  # as GRPO starts: the checkpoint trains, a copy is the reference
-    decoder = component("decoder", "emoji-mask", args.seed)
-    judge = component("judge", "keywords", args.seed, distractors=recipe["judge"].get("distractors", 128))
-    reward = component("reward", "similarity", args.seed)
+    recipe = load_recipe(RECIPE, [])
+    g, game = recipe.settings["grpo"], recipe.settings["game"]
+    policy = build("backend", "local", args.seed, init_from=args.checkpoint)  # as GRPO starts: the checkpoint trains, a copy is the reference
+    decoder = build("decoder", "emoji-mask", args.seed)
+    judge = build("judge", "keywords", args.seed, distractors=recipe.components["judge"].config.distractors)
+    reward = build("reward", "similarity", args.seed)
     targets = read_targets(Path(args.targets_file))
     judge.add_candidates([m.text for m in targets])
     start = [p.detach().clone() for p in policy.trainable]

@@ -24,13 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, parser as bench_parser, print_header  # noqa: E402
 
 
-def build(kind_table: str, name: str, seed: int):
+def build(kind_table: str, name: str, seed: int, **overrides):
+    """A registered component with its default config, `overrides` set (e.g. init_from=...)."""
     from emojikit.api.components import BuildContext
     from emojikit.composition.recipe import COMPONENT_TABLES
     from emojikit.composition.registry import get_registry
 
     spec = get_registry().get(COMPONENT_TABLES[kind_table], name)
-    config = spec.config()
+    config = spec.config(**overrides)
     ctx = BuildContext(seed=seed)
     if spec.preflight is not None:
         spec.preflight(config, ctx)

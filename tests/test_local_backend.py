@@ -361,6 +361,48 @@ def test_a_training_pass_after_the_reference_pass_reuses_the_layers_below_the_ad
         assert torch.equal(got, expected)
 
 
+def test_from_a_checkpoint_lora_layers_trains_the_last_layers_and_runs_the_ones_below_once(tmp_path):
+    """An adapter in all three layers as the start, lora_layers = 1: the two lower layers keep the
+    checkpoint's weights (through the reference pass's adapter switch), the training pass takes
+    their output from the reference pass, and it trains exactly as when it runs them."""
+    sft = tiny_policy(layers=3)
+    for p in sft.trainable:
+        torch.nn.init.normal_(p, std=0.05, generator=torch.Generator().manual_seed(p.numel()))
+    start = sft.save(str(tmp_path / "sft"))
+    replaying = tiny_policy(layers=3, init_from=start, lora_layers=1, micro_batch_size=3)
+    running = tiny_policy(layers=3, init_from=start, lora_layers=1, micro_batch_size=3)
+    running.lower_layers.enabled = False
+    assert replaying.lower_layers.depth == 2
+    trained = [name for name, p in replaying.model.named_parameters() if p.requires_grad]
+    assert len(trained) == 14 and all(".layers.2." in name and ".default." in name for name in trained)
+    below = [p.detach().clone() for p in replaying.frozen]
+    assert len(below) == 28
+    datums = random_datums(prompts="grouped")
+    with torch.no_grad():
+        for d in datums:
+            d.logprobs = (hand_logprobs(replaying.model, d, 1.0) + 0.1).tolist()
+
+    reference = replaying.compute_logprobs(datums, reference=True, weighted_only=True)
+    assert not any(p.requires_grad for p in replaying.frozen)  # set_adapter marked them trainable; frozen again
+    assert running.compute_logprobs(datums, reference=True, weighted_only=True) == reference
+    out, want = replaying.forward_backward(datums, "ppo"), running.forward_backward(datums, "ppo")
+    assert replaying.lower_layers.hits == len(list(replaying._micro_batches(datums))) and running.lower_layers.hits == 0
+    assert out.loss == want.loss
+    for got, expected in zip(trainable_grads(replaying), trainable_grads(running)):
+        assert torch.equal(got, expected)
+    replaying.optim_step(AdamParams(learning_rate=1e-2))
+    assert all(torch.equal(p, b) for p, b in zip(replaying.frozen, below))
+    assert replaying.compute_logprobs(datums) != replaying.compute_logprobs(datums, reference=True)
+
+    replaying.load(replaying.save(str(tmp_path / "grpo")))  # its own checkpoint: the layers below are the start's
+    assert replaying.lower_layers.enabled
+    other = tiny_policy(layers=3)
+    for p in other.trainable:
+        torch.nn.init.normal_(p, std=0.05, generator=torch.Generator().manual_seed(p.numel() + 1))
+    replaying.load(other.save(str(tmp_path / "other")))  # trained below: the reference's lower outputs no longer serve
+    assert not replaying.lower_layers.enabled
+
+
 def test_every_layer_adapted_keeps_no_lower_layers():
     policy = tiny_policy()
     datums = random_datums(3)

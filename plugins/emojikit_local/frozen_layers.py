@@ -1,8 +1,9 @@
 """The decoder layers below the first adapted one, run once for a batch that is scored twice.
 
-With LoRA in the top layers only (`lora_layers`), the layers below carry no adapter: their
-output is the same under the trained adapter, the reference adapter and none, and the same
-before and after an optimizer step. GRPO scores each step's batch twice, the KL's reference
+With LoRA trained in the top layers only (`lora_layers`), the layers below hold no trained
+weight: no adapter at all, or, from a checkpoint (`init_from`), the checkpoint's adapter frozen
+there, the same in the trained and the reference adapter. Their output is the same in both
+passes, and the same before and after an optimizer step. GRPO scores each step's batch twice, the KL's reference
 pass (compute_logprobs) and then the training pass (forward_backward), in the same
 micro-batches; the training pass takes the lower layers' output from the reference pass
 instead of computing it again (20 of SmolLM2's 30 layers with the recipes' `lora_layers = 10`).
@@ -27,15 +28,13 @@ MAX_BYTES = 1 << 30  # a batch whose lower outputs exceed this is not kept (it r
 
 class LowerLayers:
     def __init__(self, model, max_bytes: int = MAX_BYTES):
-        from peft.tuners.lora import LoraLayer
-
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
         layers = getattr(decoder, "layers", None)
         config = getattr(base, "config", None)
-        self.depth = 0  # 0: no layer below the adapter is known (every layer adapted, or another architecture)
+        self.depth = 0  # 0: no layer below the trained ones is known (every layer trains, or another architecture)
         if isinstance(layers, torch.nn.ModuleList) and getattr(config, "num_attention_heads", None):
-            self.depth = next((i for i, layer in enumerate(layers) if any(isinstance(m, LoraLayer) for m in layer.modules())), 0)
+            self.depth = next((i for i, layer in enumerate(layers) if any(p.requires_grad for p in layer.parameters())), 0)
             self.kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
             self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.max_bytes = max_bytes

@@ -74,6 +74,20 @@ def lora_placement(model, target_modules, lora_layers: Optional[int]) -> dict[st
     return {"target_modules": target_modules, "layers_to_transform": list(range(len(layers) - lora_layers, len(layers)))}
 
 
+def freeze_below_last_layers(model, lora_layers: int) -> list[torch.nn.Parameter]:
+    """Starting from a checkpoint whose adapter covers more than the last `lora_layers` decoder
+    layers: its weights below them stay as loaded (frozen, and the same in the trained and the
+    reference adapter), so backward stops at the lowest trained layer and a GRPO step runs the
+    layers below once for its two scoring passes (frozen_layers.py). Returns the frozen weights."""
+    layers = _decoder_layers(model.get_base_model())
+    if lora_layers > len(layers):
+        raise ConfigError(f"lora_layers = {lora_layers}: the model has {len(layers)} decoder layers")
+    frozen = [p for layer in layers[: len(layers) - lora_layers] for p in layer.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    return frozen
+
+
 def _decoder_layers(model) -> torch.nn.ModuleList:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     layers = getattr(decoder, "layers", None)
@@ -102,6 +116,8 @@ class LocalPolicy:
             self.model = PeftModel.from_pretrained(model, start, adapter_name=TRAINED, is_trainable=True)
             self.model.load_adapter(start, adapter_name=REFERENCE, is_trainable=False)
             self.model.set_adapter(TRAINED)
+            # With lora_layers, the checkpoint's adapter trains in the last N layers only.
+            self.frozen = freeze_below_last_layers(self.model, config.lora_layers) if config.lora_layers is not None else []
         else:
             lora = LoraConfig(
                 r=config.lora_rank,
@@ -111,6 +127,7 @@ class LocalPolicy:
                 **lora_placement(model, config.target_modules, config.lora_layers),
             )
             self.model = get_peft_model(model, lora, adapter_name=TRAINED)
+            self.frozen = []
         if self.dtype == "float32" and compute_dtype(config.base_matmul_dtype, str(self.device), key="base_matmul_dtype") == "bfloat16":
             lower_base_projections(self.model, torch.bfloat16)
         self.merged_sampling = bfloat16_compute(self.model) if self.dtype == "bfloat16" else None
@@ -215,7 +232,9 @@ class LocalPolicy:
             try:
                 yield
             finally:
-                self.model.set_adapter(TRAINED)
+                self.model.set_adapter(TRAINED)  # which marks every weight of the adapter trainable again
+                for p in self.frozen:
+                    p.requires_grad_(False)
         else:
             with self.model.disable_adapter():
                 yield
@@ -342,6 +361,15 @@ class LocalPolicy:
         self.step += 1
         return {"grad_norm": float(grad_norm), "learning_rate": params.learning_rate}
 
+    def _frozen_as_reference(self) -> bool:
+        """Whether the frozen weights (below lora_layers) equal the reference adapter's."""
+        params, frozen = dict(self.model.named_parameters()), {id(p) for p in self.frozen}
+        return all(
+            torch.equal(p, params.get(name.replace(f".{TRAINED}.", f".{REFERENCE}."), p))
+            for name, p in params.items()
+            if id(p) in frozen
+        )
+
     def _adapter_changed(self) -> None:
         if self.merged_sampling is not None:
             self.merged_sampling.invalidate()
@@ -389,6 +417,8 @@ class LocalPolicy:
             raise InputFileError(f"{path}: adapter does not fit this model and LoRA config ({str(exc).splitlines()[0]})") from None
         if result.unexpected_keys:
             raise InputFileError(f"{path}: adapter has weights this model lacks, e.g. {result.unexpected_keys[0]}")
+        if self.frozen and not self._frozen_as_reference():
+            self.lower_layers.enabled = False  # trained below lora_layers: the reference pass's lower outputs are not the policy's
         self._adapter_changed()
         state = checkpoint.read_state(path)
         self.step = int(state.get("step", 0))

@@ -1,6 +1,7 @@
 """A GRPO step's two scoring passes with the layers below the adapter run once against run twice.
 
     python bench/lower_layers.py --checkpoint runs/sft     # the main job's RL step from its SFT start
+    python bench/lower_layers.py --checkpoint runs/sft-long --lora-layers 10   # from an adapter in every layer, the last 10 trained
     python bench/lower_layers.py --targets 4 --rounds 1    # smoke run
 
 With LoRA in the last `lora_layers` layers (recipes/sft.toml: 10 of SmolLM2's 30), the layers
@@ -41,7 +42,8 @@ def run(args) -> dict:
         torch.set_num_threads(args.threads)
     recipe = load_recipe(RECIPE, [])
     g, game = recipe.settings["grpo"], recipe.settings["game"]
-    policy = build("backend", "local", args.seed, init_from=args.checkpoint)  # as GRPO starts: the checkpoint trains, a copy is the reference
+    trained_layers = {"lora_layers": args.lora_layers} if args.lora_layers else {}
+    policy = build("backend", "local", args.seed, init_from=args.checkpoint, **trained_layers)  # as GRPO starts: the checkpoint trains, a copy is the reference
     decoder = build("decoder", "emoji-mask", args.seed)
     judge = build("judge", "keywords", args.seed, distractors=recipe.components["judge"].config.distractors)
     reward = build("reward", "similarity", args.seed)
@@ -80,7 +82,7 @@ def run(args) -> dict:
     return {
         "config": {"checkpoint": args.checkpoint, "targets_per_step": args.targets, "group_size": g.group_size, "turns": game.max_turns,
                    "datums_per_step": datums_per_step, "rounds": args.rounds, "threads": torch.get_num_threads(),
-                   "layers_run_once": policy.lower_layers.depth},
+                   "lora_layers": args.lora_layers, "layers_run_once": policy.lower_layers.depth},
         "machine": machine(),
         **{side: {"reference_seconds": round(median[side]["reference"], 2), "training_seconds": round(median[side]["training"], 2),
                   "both_seconds": round(total[side], 2), "all": {k: [round(s, 2) for s in v] for k, v in seconds[side].items()}} for side in sides},
@@ -95,6 +97,7 @@ def main(argv=None) -> None:
     parser.add_argument("--targets-file", default="recipes/targets/heldout.jsonl", help="the step's targets, drawn in turn")
     parser.add_argument("--targets", type=int, default=16, help="targets per step (recipes/grpo.toml's batch_size)")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--lora-layers", type=int, default=None, help="train the checkpoint's adapter in the last N layers only (for a start with an adapter in every layer, as recipes/sft-long.toml's)")
     args = parser.parse_args(argv)
     result = run(args)
     if print_header(result, args.json):

@@ -497,6 +497,37 @@ def test_loaded_senders_play_a_second_reader_as_a_fresh_load_would_sampling_only
     assert all(misses) and sampled == [len(targets)] + misses and list(loaded.senders) == ["base"]
 
 
+def test_eval_with_several_judges_plays_each_reader_as_alone_and_samples_the_first_turns_once(tmp_path, tiny_model, monkeypatch):
+    from emojikit_local.policy import LocalPolicy
+
+    targets = tmp_path / "targets.txt"
+    targets.write_text("I adopted a kitten today\nThe train to Paris is late again\nWe won the final match\nMy tooth hurts\n")
+    common = ["eval", "--recipe", str(ROOT / "recipes/eval.toml"), "--targets", str(targets), "--checkpoint", "base", "--checkpoint", "teacher:lexicon",
+              "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "game.max_turns=2", "--set", "decoder.max_emoji=3",
+              "--set", "judge.distractors=4", "--set", "eval.unmasked=false"]
+    alone = {}
+    for judge in ("keywords", "retrieval"):
+        result = CliRunner().invoke(cli, [*common, "--judge", judge, "--out", str(tmp_path / judge)])
+        assert result.exit_code == 0, result.output
+        alone[judge] = json.loads((tmp_path / judge / "eval.json").read_text())["checkpoints"]
+    sampled = []
+    real_sample = LocalPolicy.sample
+    monkeypatch.setattr(LocalPolicy, "sample", lambda self, prompts, *a, **k: (sampled.append(len(prompts)), real_sample(self, prompts, *a, **k))[1])
+    out = tmp_path / "both"
+    result = CliRunner().invoke(cli, [*common, "--judge", "keywords", "--judge", "retrieval", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    for judge in alone:  # the same games, turn by turn, as each reader alone
+        assert json.loads((out / judge / "eval.json").read_text())["checkpoints"] == alone[judge]
+    misses = [sum(ep["n_turns"] == 2 for ep in alone[judge]["base"]["per_target"]) for judge in alone]
+    assert all(misses) and sampled == [4] + misses  # base's first turns once, then each reader's repairs
+    table = (out / "readers.md").read_text()
+    assert "| checkpoint | `keywords` | `retrieval` |" in table
+    teacher = [alone[judge]["teacher:lexicon"]["masked"] for judge in alone]
+    assert f"| teacher:lexicon | {teacher[0]['success_rate']:.3f} ({teacher[0]['first_turn_success']:.3f}) | {teacher[1]['success_rate']:.3f}" in table
+    result = CliRunner().invoke(cli, [*common, "--judge", "keywords", "--judge", "keywords", "--out", str(tmp_path / "twice")])
+    assert result.exit_code == 2 and "--judge: each reader once (keywords, keywords)" in result.output and not (tmp_path / "twice").exists()
+
+
 def test_an_unknown_compare_judge_fails_before_training(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "recipes").symlink_to(ROOT / "recipes")

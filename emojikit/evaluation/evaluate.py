@@ -308,16 +308,30 @@ def eval_targets(recipe, settings: EvalSettings, out_dir: Path):
     return list(recipe.build("prompts", out_dir).messages(settings.n_targets or DEFAULT_SOURCE_TARGETS))
 
 
-def run(recipe, run_dir) -> None:
+def run(recipe, run_dir, senders: Optional[LoadedSenders] = None) -> dict:
     settings: EvalSettings = recipe.settings["eval"]
     targets = eval_targets(recipe, settings, run_dir.path)
-    results = evaluate_checkpoints(recipe, settings, targets, run_dir.path)
+    results = evaluate_checkpoints(recipe, settings, targets, run_dir.path, senders=senders)
     table = game_markdown(results)
     atomic_write_text(run_dir.file("eval.json"), json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(run_dir.file("eval.md"), table)
     game_chart(results, run_dir.file("eval.png"))
     print(table)
     print(f"wrote {run_dir.file('eval.json')}, eval.md and eval.png")
+    return results
+
+
+def readers_markdown(reports: dict[str, dict]) -> str:
+    """Every sender under every reader (`eval` with several judges): success, first-turn success
+    in brackets, one column per reader."""
+    first = next(iter(reports.values()))
+    turns = f", up to {first['max_turns']} turns" if "max_turns" in first else ""
+    lines = [f"The same {first['targets']} targets under each reader, seed {first['seed']}{turns}: success (first-turn success).", ""]
+    lines += ["| checkpoint | " + " | ".join(f"`{judge}`" for judge in reports) + " |", "|---|" + "---|" * len(reports)]
+    for name in first["checkpoints"]:
+        cells = [report["checkpoints"][name]["masked"] for report in reports.values()]
+        lines.append(f"| {name} | " + " | ".join(f"{m['success_rate']:.3f} ({m.get('first_turn_success', float('nan')):.3f})" for m in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def preflight(recipe) -> None:

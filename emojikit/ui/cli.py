@@ -291,20 +291,25 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
 @click.option("--checkpoint", "checkpoints", multiple=True, help='Checkpoint or run directory (its final checkpoint), "base", or teacher:NAME (repeatable; compared side by side).')
 @click.option("--targets", type=click.Path(path_type=Path), default=None, help="Targets: JSONL with text (and category), CSV/TSV with a text column, or one message per line; every target is played unless -n.")
 @click.option("-n", "n_targets", type=click.IntRange(min=1), default=None, help="Play only the first N targets.")
-@click.option("--judge", default=None, help="Judge component to use instead of the recipe's.")
+@click.option("--judge", "judges", multiple=True, help="Judge component to use instead of the recipe's; repeat it to play every sender under several readers (a report per reader in OUT/JUDGE, the first turns sampled once, readers.md side by side).")
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory (default: the recipe's out).")
 @click.option("--human-games", type=click.Path(path_type=Path), default=None, help="A human_games.jsonl from `emojikit serve`: people's success and similarity per checkpoint next to the model judge's (default checkpoints: those people played).")
 @click.option("--repair-states", type=click.Path(path_type=Path), default=None, help="A repair states file (emojikit repair-states): every sender plays turn 2 only on its first-turn misses, next to the baselines own, repeat and teacher:lexicon-repair; repair.md/.json with paired comparisons.")
 @friendly_errors
-def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judge, overrides, out, human_games, repair_states):
+def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judges, overrides, out, human_games, repair_states):
     """The held-out retrieval game for several checkpoints: same targets, judge and seed."""
-    from emojikit.api.errors import InputFileError
+    from emojikit.api.errors import ConfigError, InputFileError
     from emojikit.composition.recipe import load_recipe
     from emojikit.stages.runs import RunDir
 
+    if len(set(judges)) < len(judges):
+        raise ConfigError(f"--judge: each reader once ({', '.join(judges)})")
     if repair_states is not None:
-        return repair_eval(recipe_path, repair_states, checkpoints, judge, overrides, out, conflicting=targets or n_targets or human_games)
+        if len(judges) > 1:
+            raise ConfigError("--repair-states takes one --judge: the states are that judge's wrong guesses")
+        return repair_eval(recipe_path, repair_states, checkpoints, judges[0] if judges else None, overrides, out,
+                           conflicting=targets or n_targets or human_games)
 
     from emojikit.stages.runs import not_a_sender_run
 
@@ -324,16 +329,32 @@ def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judge, overrid
     settings: dict = {"eval": {key: value for key, value in chosen.items() if value}} if any(chosen.values()) else {}
     if out:
         settings["out"] = str(out)
-    recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judge}, settings=settings)
+    recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judges[0] if judges else None}, settings=settings)
+    if len(judges) > 1 and recipe.kind != "eval":
+        raise ConfigError(f"{recipe_path}: several --judge need an eval recipe (kind = \"eval\"), not kind = {recipe.kind!r}")
+    # Several readers: one report directory each under OUT, every recipe checked before any plays.
+    recipes = [recipe] if len(judges) < 2 else [
+        load_recipe(recipe_path, list(overrides), choices={"judge": judge}, settings={**settings, "out": str(recipe.out / judge)}) for judge in judges]
     from emojikit.composition.recipe import check_ready
-
-    check_ready(recipe)  # targets and token budget, before the report directory is touched
-    existing = recipe.out.is_dir() and any(p.name != ".lock" for p in recipe.out.iterdir())
-    # Reports are replaced atomically, so re-evaluating into the same directory is safe.
+    from emojikit.evaluation.evaluate import LoadedSenders, readers_markdown
     from emojikit.stages.tracking import tracked
 
-    with RunDir(recipe.out, resume=existing, recipe_toml=recipe.to_toml(), check_recipe=False) as run_dir, tracked(recipe, run_dir):
-        recipe.runner()(recipe, run_dir)
+    for each in recipes:
+        check_ready(each)  # targets and token budget, before the report directory is touched
+    senders = LoadedSenders() if len(recipes) > 1 else None  # a sender's first turns are the same under every reader
+    reports = {}
+    for judge, each in zip(judges or [None], recipes):
+        existing = each.out.is_dir() and any(p.name != ".lock" for p in each.out.iterdir())
+        # Reports are replaced atomically, so re-evaluating into the same directory is safe.
+        with RunDir(each.out, resume=existing, recipe_toml=each.to_toml(), check_recipe=False) as run_dir, tracked(each, run_dir):
+            reports[judge] = each.runner()(each, run_dir, senders=senders) if senders else each.runner()(each, run_dir)
+    if len(reports) > 1:
+        from emojikit.support.io import atomic_write_text
+
+        table = readers_markdown(reports)
+        atomic_write_text(recipe.out / "readers.md", table)
+        click.echo(table)
+        click.echo(f"wrote {recipe.out / 'readers.md'}")
     if people is not None:
         from emojikit.evaluation.human_games import write_report
 

@@ -2,11 +2,11 @@
 
 With LoRA trained in the top layers only (`lora_layers`), the layers below hold no trained
 weight: no adapter at all, or, from a checkpoint (`init_from`), the checkpoint's adapter frozen
-there, the same in the trained and the reference adapter. Their output is the same in both
-passes, and the same before and after an optimizer step. GRPO scores each step's batch twice, the KL's reference
-pass (compute_logprobs) and then the training pass (forward_backward), in the same
-micro-batches; the training pass takes the lower layers' output from the reference pass
-instead of computing it again (20 of SmolLM2's 30 layers with the recipes' `lora_layers = 10`).
+there, the same in the trained and the reference adapter. Their output is the same under
+either, and the same before and after an optimizer step. GRPO scores each step's batch twice,
+the KL's reference pass (compute_logprobs) and then the training pass (forward_backward), in
+the same micro-batches; the training pass takes the lower layers' output from the reference
+pass instead of computing it again (20 of SmolLM2's 30 layers with `lora_layers = 10`).
 
 How: each lower layer's forward is wrapped (the module and its state_dict keys stay as they
 are). Inside `LowerLayers.unit(key)` a micro-batch is either recorded (its decoder calls run,

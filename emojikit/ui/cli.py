@@ -212,7 +212,7 @@ def echo_fields(model: type[BaseModel]) -> None:
 @friendly_errors
 def describe(kind: str, name: str | None):
     """Show every setting of a component (KIND NAME: judge retrieval) or of a recipe's loop
-    table (TABLE: grpo, sft, game, data, eval): type, default and help. KIND alone lists its
+    table (TABLE: grpo, sft, rft, game, data, eval): type, default and help. KIND alone lists its
     components."""
     from emojikit.api.errors import ConfigError
     from emojikit.composition.recipe import import_object

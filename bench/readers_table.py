@@ -92,6 +92,8 @@ def main() -> None:
     args = parser.parse_args()
     rows = {}
     for path in args.reports:
+        if not path.is_file():
+            raise SystemExit(f"{path}: no such report (emojikit eval writes OUT/JUDGE/eval.json)")
         report = json.loads(path.read_text(encoding="utf-8"))
         if report["judge"] in rows:
             raise SystemExit(f"{path}: a second report of judge {report['judge']}; give one per judge")

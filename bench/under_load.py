@@ -1,7 +1,7 @@
 """Seconds per SFT step of the bundled SmolLM2 alone and beside competing processes, for torch
 thread settings and OpenMP wait policies: how much a busy machine slows a step.
 
-    python bench/under_load.py                   # threads 1 and 2 x wait policy default/PASSIVE, two small-op competitors
+    python bench/under_load.py                   # threads 1 and 2 x wait policy default/emojikit/PASSIVE, two small-op competitors
     python bench/under_load.py --json
     python bench/under_load.py --threads 2 --wait-policy PASSIVE spin3000   # some settings only
     python bench/under_load.py --competitor busy --competitors 1 --nice 10  # the case first reported: one niced busy loop
@@ -35,10 +35,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MESSAGES, machine, parser as bench_parser, print_header  # noqa: E402
 
+from emojikit.support.cpu import cpu_features  # noqa: E402
+from emojikit.support.torch_env import wait_policy_environment  # noqa: E402
+
 THREAD_SETTINGS = (1, 2)
 # default: OMP_WAIT_POLICY unset (the runtime's own choice: spin a while, then sleep);
+# emojikit: what the `emojikit` command sets on this CPU (torch_env.wait_policy_environment);
 # PASSIVE: sleep at once; spin<N>: GOMP_SPINCOUNT=N, spin N rounds before sleeping (libgomp).
-WAIT_POLICIES = ("default", "PASSIVE")
+WAIT_POLICIES = ("default", "emojikit", "PASSIVE")
 GOALS = {"busy": 2.5, "small-ops": 4.0}  # slowdown goals: beside one busy loop; beside two small-op processes (a fair share is 3x)
 COMPETITORS = {
     # A pure-Python loop: one core's worth of CPU, no threads of its own.
@@ -133,7 +137,9 @@ def run_setting(args, threads: int, policy: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     env.pop("OMP_WAIT_POLICY", None)
     env.pop("GOMP_SPINCOUNT", None)
-    if policy.startswith("spin"):
+    if policy == "emojikit":
+        env.update(wait_policy_environment(cpu_features()))
+    elif policy.startswith("spin"):
         env["GOMP_SPINCOUNT"] = policy.removeprefix("spin")
     elif policy != "default":
         env["OMP_WAIT_POLICY"] = policy
@@ -179,7 +185,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=3, help="steps per phase (alone, then loaded)")
     parser.add_argument("--rounds", type=int, default=3, help="alternations of the alone and loaded phases")
-    parser.add_argument("--wait-policy", nargs="+", help="wait policies to measure: default, PASSIVE, ACTIVE, spin<N> (GOMP_SPINCOUNT); default: default and PASSIVE")
+    parser.add_argument("--wait-policy", nargs="+", help="wait policies to measure: default, emojikit (what the command sets on this CPU), PASSIVE, ACTIVE, spin<N> (GOMP_SPINCOUNT); default: default, emojikit and PASSIVE")
     parser.add_argument("--competitor", choices=tuple(COMPETITORS), default="small-ops", help="what runs beside the step: small-ops (a two-thread torch process of small products, the shape of a generation) or busy (a pure-Python loop)")
     parser.add_argument("--competitors", type=int, default=2, help="how many competing processes")
     parser.add_argument("--nice", type=int, default=0, help="niceness of the competing processes (the case first reported: 10)")

@@ -613,12 +613,15 @@ def test_the_command_sets_torch_allocation_settings_before_torch_loads():
     assert out[0] == "0"  # the user's value wins
 
 
-def test_the_command_makes_waiting_torch_threads_sleep_unless_the_user_chose():
-    """OMP_WAIT_POLICY is read when OpenMP starts: the command sets PASSIVE before torch loads,
-    and leaves the user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT alone."""
+def test_the_command_sets_how_torch_threads_wait_for_this_cpu_unless_the_user_chose():
+    """OMP_WAIT_POLICY and GOMP_SPINCOUNT are read when OpenMP starts: the command sets the
+    setting for this CPU's kind before torch loads, and leaves the user's own choice alone."""
     import os
     import subprocess
     import sys
+
+    from emojikit.support.cpu import cpu_features
+    from emojikit.support.torch_env import wait_policy_environment
 
     probe = ("import emojikit.ui.cli, os, sys; "
              "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'), 'torch' in sys.modules)")
@@ -627,6 +630,19 @@ def test_the_command_makes_waiting_torch_threads_sleep_unless_the_user_chose():
     def run(**extra):
         return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**env, **extra}, check=True).stdout.split()
 
-    assert run() == ["PASSIVE", "None", "False"]
+    chosen = wait_policy_environment(cpu_features())
+    assert run() == [chosen.get("OMP_WAIT_POLICY", "None"), chosen.get("GOMP_SPINCOUNT", "None"), "False"]
     assert run(OMP_WAIT_POLICY="ACTIVE") == ["ACTIVE", "None", "False"]
     assert run(GOMP_SPINCOUNT="3000") == ["None", "3000", "False"]
+
+
+@pytest.mark.parametrize("features, chosen", [
+    ({"avx", "avx2", "fma"}, {"OMP_WAIT_POLICY": "PASSIVE"}),  # float32 compute: sleep at once
+    (None, {"OMP_WAIT_POLICY": "PASSIVE"}),  # flags unreadable (macOS, Windows)
+    ({"avx2", "avx512f", "avx512_bf16"}, {"GOMP_SPINCOUNT": "10000"}),  # bf16 compute: short ops, spin ~0.1 ms
+    ({"avx512_bf16", "amx_bf16"}, {"GOMP_SPINCOUNT": "10000"}),
+])
+def test_threads_wait_by_the_cpu_kind_the_step_was_measured_on(features, chosen):
+    from emojikit.support.torch_env import wait_policy_environment
+
+    assert wait_policy_environment(features) == chosen

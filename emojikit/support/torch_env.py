@@ -9,23 +9,40 @@ development machine an elementwise pass over a 37 MB tensor ran 3.9x faster, an 
 on two threads 1.10x (docs/performance.md, change 10). Linux only; where the kernel has THP off,
 torch's madvise is a no-op. 0 turns it off.
 
-OMP_WAIT_POLICY=PASSIVE: a torch thread that waits for its sibling sleeps at once instead of
-spinning. A user's machine runs something else: beside two two-thread processes of small
-products, an SFT step of 16 on two threads took 7.6x its idle time under the runtime's default
-(spin, then sleep; slowest step 14x) and 3.4x under PASSIVE, where a fair share is 3x; alone,
-PASSIVE cost nothing measurable on an AVX2 CPU (bench/under_load.py, docs/performance.md). Set
-OMP_WAIT_POLICY=ACTIVE (or GOMP_SPINCOUNT) to choose otherwise, e.g. on a dedicated machine.
+How a torch thread waits for its sibling, by CPU kind (bench/under_load.py, bench/flops.py;
+docs/errors.md). A user's machine runs something else, and a waiting thread that spins holds its
+core while its sibling, descheduled, cannot finish: beside two two-thread processes of small
+products an SFT step of 16 took 7.6x its idle time under the runtime's default (spin ~3 ms, then
+sleep) on an AVX2 CPU.
+- Without bf16 units (float32 compute): OMP_WAIT_POLICY=PASSIVE, sleep at once: 3.4x loaded,
+  and no cost alone there, where each op runs long.
+- With bf16 units (bf16 compute, shorter ops, thousands of parallel regions a step): sleeping at
+  once made an idle step 1.5x slower (AVX512-BF16: SFT step 1.37-1.43 s against 0.85-0.91 s), the
+  wake-ups being the step. GOMP_SPINCOUNT=10000 (libgomp, torch's OpenMP on Linux: ~0.1 ms of
+  spinning) ran alone as fast as spinning (0.90-0.95 s) and loaded faster than PASSIVE (3.72-3.76 s
+  against 4.00-4.16 s).
+Set OMP_WAIT_POLICY or GOMP_SPINCOUNT yourself to choose otherwise (ACTIVE on a dedicated machine).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Optional
 
-DEFAULT_WAIT_POLICY = "PASSIVE"
+from emojikit.support.cpu import cpu_features, has_bf16_units
+
+BF16_SPIN_COUNT = "10000"
+
+
+def wait_policy_environment(features: Optional[set[str]]) -> dict[str, str]:
+    """The OpenMP wait setting for a CPU with these feature flags (module docstring)."""
+    if has_bf16_units(features):
+        return {"GOMP_SPINCOUNT": BF16_SPIN_COUNT}
+    return {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def prepare_torch_environment() -> None:
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     # GOMP_SPINCOUNT is the finer form of the same choice: leave both to a user who set either.
     if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["OMP_WAIT_POLICY"] = DEFAULT_WAIT_POLICY
+        os.environ.update(wait_policy_environment(cpu_features()))

@@ -10,26 +10,11 @@ from __future__ import annotations
 
 import platform
 import sys
-from pathlib import Path
 from typing import Optional
 
-# x86: AVX512-BF16 (Cooper Lake, Zen 4 and later) or AMX (Sapphire Rapids and later); aarch64
-# Linux names the Armv8.6 BF16 extension "bf16".
-_BF16_FEATURES = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+from emojikit.support.cpu import cpu_features, has_bf16_units
+
 _warned: set[tuple[str, str]] = set()
-
-
-def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> Optional[set[str]]:
-    """The first CPU's feature flags (x86 "flags", Arm "Features"), or None where they cannot be read."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return None
 
 
 def cpu_kind(features: Optional[set[str]] = None) -> str:
@@ -59,7 +44,7 @@ def bfloat16_matmul_problem(device: str, features: Optional[set[str]] = None) ->
     features = cpu_features() if features is None else features
     if features is None:
         return f"this CPU's features could not be read ({platform.machine() or 'unknown'} on {sys.platform})"
-    if features & _BF16_FEATURES:
+    if has_bf16_units(features):
         return None
     widest = next((f for f in ("avx512f", "avx2", "avx", "sse4_2", "asimd") if f in features), None)
     return f"this CPU has no bfloat16 matmul units (no avx512_bf16 or amx_bf16{', ' + widest + ' at most' if widest else ''})"

@@ -19,8 +19,8 @@ sleep) on an AVX2 CPU.
 - With bf16 units (bf16 compute, shorter ops, thousands of parallel regions a step): sleeping at
   once made an idle step 1.5x slower (AVX512-BF16: SFT step 1.37-1.43 s against 0.85-0.91 s), the
   wake-ups being the step. GOMP_SPINCOUNT=10000 (libgomp, torch's OpenMP on Linux: ~0.1 ms of
-  spinning) ran alone as fast as spinning (0.90-0.95 s) and loaded faster than PASSIVE (3.72-3.76 s
-  against 4.00-4.16 s).
+  spinning) ran alone as fast as spinning (0.90-0.96 s) and loaded no slower than PASSIVE
+  (3.72-4.36 s against 4.00-4.36 s, three runs).
 Set OMP_WAIT_POLICY or GOMP_SPINCOUNT yourself to choose otherwise (ACTIVE on a dedicated machine).
 """
 

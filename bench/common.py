@@ -11,7 +11,7 @@ import resource
 import sys
 from pathlib import Path
 
-from emojikit.support.torch_env import prepare_torch_environment  # noqa: E402
+from emojikit.support.torch_env import WAIT_VARIABLES, prepare_torch_environment  # noqa: E402
 
 prepare_torch_environment()  # the same torch settings as the `emojikit` command
 
@@ -43,7 +43,7 @@ def machine() -> dict:
 
     # The kind (AMX, AVX512-BF16, AVX2, ...) is what a figure moves with: say it beside every figure;
     # so does how idle torch threads wait (1.5x on a bf16 step, emojikit/support/torch_env.py).
-    wait = {key: os.environ[key] for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if key in os.environ} or "runtime default"
+    wait = {key: os.environ[key] for key in WAIT_VARIABLES if key in os.environ} or "runtime default"
     return {"nproc": os.cpu_count(), "cpu": model, "cpu_kind": cpu_kind(), "omp_wait": wait, "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MESSAGES, machine, parser as bench_parser, print_header  # noqa: E402
 
 from emojikit.support.cpu import cpu_features  # noqa: E402
-from emojikit.support.torch_env import wait_policy_environment  # noqa: E402
+from emojikit.support.torch_env import WAIT_VARIABLES, wait_policy_environment  # noqa: E402
 
 THREAD_SETTINGS = (1, 2)
 # default: OMP_WAIT_POLICY unset (the runtime's own choice: spin a while, then sleep);
@@ -92,8 +92,8 @@ def worker(args) -> dict:
     by the parent before torch loads."""
     if args.wait_policy == ["default"]:
         # bench/common set emojikit's own default on import; the runtime's default is neither variable
-        os.environ.pop("OMP_WAIT_POLICY", None)
-        os.environ.pop("GOMP_SPINCOUNT", None)
+        for key in WAIT_VARIABLES:
+            os.environ.pop(key, None)
     import torch
 
     from emojikit.support.bundled import SMOLLM2
@@ -130,13 +130,13 @@ def worker(args) -> dict:
         finally:
             stop(competitors)
     return {"alone": alone, "loaded": loaded, "torch_threads": torch.get_num_threads(), "data": source,
-            "environment": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}}
+            "environment": {k: os.environ.get(k) for k in WAIT_VARIABLES}}
 
 
 def run_setting(args, threads: int, policy: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    env.pop("OMP_WAIT_POLICY", None)
-    env.pop("GOMP_SPINCOUNT", None)
+    for key in WAIT_VARIABLES:
+        env.pop(key, None)
     if policy == "emojikit":
         env.update(wait_policy_environment(cpu_features()))
     elif policy.startswith("spin"):

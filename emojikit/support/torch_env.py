@@ -32,6 +32,7 @@ from typing import Optional
 from emojikit.support.cpu import cpu_features, has_bf16_units
 
 BF16_SPIN_COUNT = "10000"
+WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")  # what libgomp reads for how threads wait
 
 
 def wait_policy_environment(features: Optional[set[str]]) -> dict[str, str]:
@@ -44,5 +45,5 @@ def wait_policy_environment(features: Optional[set[str]]) -> dict[str, str]:
 def prepare_torch_environment() -> None:
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     # GOMP_SPINCOUNT is the finer form of the same choice: leave both to a user who set either.
-    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    if not any(key in os.environ for key in WAIT_VARIABLES):
         os.environ.update(wait_policy_environment(cpu_features()))

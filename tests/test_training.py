@@ -9,7 +9,7 @@ import pytest
 from emojikit.api.components import Episode, EpisodeTurn
 from emojikit.training.grpo import episode_datums, group_advantages
 from emojikit.api.policy import Sample
-from emojikit.training.sft import batch_indices, learning_rate, SFTSettings
+from emojikit.training.sft import batch_indices, learning_rate, length_grouped_batch_indices, SFTSettings
 from cli_helpers import read_rows, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +25,25 @@ def test_batches_are_a_pure_function_of_seed_and_step():
     flat = [i for b in first for i in b]
     assert sorted(flat[:10]) == list(range(10))
     assert first != [batch_indices(10, 4, step, seed=4) for step in range(6)]
+
+
+def test_length_grouped_batches_keep_the_epoch_and_pad_less():
+    import random
+
+    rng = random.Random(0)
+    lengths = [rng.randint(5, 60) for _ in range(64)]
+    grouped = [length_grouped_batch_indices(lengths, 4, step, seed=1, group_batches=4) for step in range(16)]
+    plain = [batch_indices(64, 4, step, seed=1) for step in range(16)]
+    assert grouped == [length_grouped_batch_indices(lengths, 4, step, seed=1, group_batches=4) for step in range(16)]
+    assert sorted(i for b in grouped for i in b) == list(range(64))  # one epoch: every example once
+    for w in range(4):  # each example trains within the run of 4 batches batch_indices puts it in
+        assert sorted(i for b in grouped[4 * w : 4 * w + 4] for i in b) == sorted(i for b in plain[4 * w : 4 * w + 4] for i in b)
+
+    def padding(batches):  # pad tokens a batch adds: each row padded to the batch's longest
+        return sum(len(b) * max(lengths[i] for i in b) - sum(lengths[i] for i in b) for b in batches)
+
+    assert padding(grouped) < padding(plain) / 2
+    assert grouped != [length_grouped_batch_indices(lengths, 4, step, seed=2, group_batches=4) for step in range(16)]
 
 
 def test_learning_rate_schedules(tmp_path):
@@ -52,7 +71,7 @@ def test_sft_end_to_end_and_resume(tmp_path, tiny_model):
     out = tmp_path / "sft"
     # the recipe adapts the last 10 of SmolLM2's 30 layers; the tiny model has 2
     common = ["--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "backend.lora_layers=1", "--set", f"sft.train_file={json.dumps(str(train))}",
-              "--set", f"sft.test_file={json.dumps(str(test))}", "--set", "sft.batch_size=4", "--set", "sft.save_every=2",
+              "--set", f"sft.test_file={json.dumps(str(test))}", "--set", "sft.batch_size=4", "--set", "sft.group_by_length=2", "--set", "sft.save_every=2",
               "--set", "sft.eval_every=2", "--set", "sft.sample_every=2", "--set", "sft.report_examples=4",
               "--set", "sft.max_new_tokens=6", "--set", f"out={json.dumps(str(out))}"]
     output = run_cli("run", str(ROOT / "recipes/sft.toml"), "--set", "sft.steps=4", *common)

@@ -6,13 +6,14 @@ so a resumed run sees exactly the batches it would have seen.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import random
 import time
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Sequence
 
 from pydantic import Field, field_validator
 
@@ -37,6 +38,11 @@ class SFTSettings(ConfigModel):
     warmup_steps: int = Field(10, ge=0, description="Steps of linear warmup from zero to learning_rate.")
     epochs: int = Field(1, ge=1, description="Passes over the training set (ignored when steps is set).")
     steps: Optional[int] = Field(None, ge=1, description="Optimizer steps; overrides epochs.")
+    group_by_length: int = Field(
+        0, ge=0, description="Cut padding: every N batches of the shuffled order are sorted by token length and cut again, so a batch "
+        "pads to a length near its own examples' (0: random batches). Each example still comes once per epoch, within N batches of "
+        "its random place."
+    )
     eval_every: int = Field(50, ge=0, description="Test-set NLL every N steps (0: never).")
     eval_examples: int = Field(64, ge=1, description="Test chats whose NLL is measured every eval_every steps.")
     sample_every: int = Field(50, ge=0, description="Sample the fixed prompts every N steps (0: never).")
@@ -150,16 +156,39 @@ def learning_rate(settings: SFTSettings, step: int, total: int) -> float:
     return base
 
 
+@functools.lru_cache(maxsize=2)
+def _epoch_order(n_examples: int, seed: int, epoch: int) -> tuple[int, ...]:
+    order = list(range(n_examples))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return tuple(order)
+
+
+def _stream(n_examples: int, seed: int, start: int, count: int) -> list[int]:
+    """Positions start .. start + count - 1 of the seeded epoch permutations laid end to end."""
+    out: list[int] = []
+    while len(out) < count:
+        epoch, offset = divmod(start + len(out), n_examples)
+        out.extend(_epoch_order(n_examples, seed, epoch)[offset : offset + count - len(out)])
+    return out
+
+
 def batch_indices(n_examples: int, batch_size: int, step: int, seed: int) -> list[int]:
     """Indices of the batch at `step`: epochs are seeded permutations laid end to end."""
-    start = step * batch_size
-    out = []
-    while len(out) < batch_size:
-        epoch, offset = divmod(start + len(out), n_examples)
-        order = list(range(n_examples))
-        random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        out.extend(order[offset : offset + batch_size - len(out)])
-    return out
+    return _stream(n_examples, seed, step * batch_size, batch_size)
+
+
+def length_grouped_batch_indices(lengths: Sequence[int], batch_size: int, step: int, seed: int, group_batches: int) -> list[int]:
+    """batch_indices with padding cut: each run of group_batches batches of the same stream is
+    sorted by length (longest first) and cut into batches again, which then come in a seeded
+    order. Every example still comes once per epoch, at most group_batches batches from where
+    batch_indices puts it; a batch pads to a length near its own examples'. A pure function of
+    (seed, step), as batch_indices, so a resumed run sees the same batches."""
+    window, position = divmod(step, group_batches)
+    members = _stream(len(lengths), seed, window * batch_size * group_batches, batch_size * group_batches)
+    members.sort(key=lambda i: -lengths[i])  # stable: equal lengths keep the shuffled order
+    batches = [members[k : k + batch_size] for k in range(0, len(members), batch_size)]
+    random.Random(f"{seed}:{window}").shuffle(batches)
+    return batches[position]
 
 
 def test_nll(policy, datums) -> float:
@@ -190,12 +219,19 @@ def run(recipe, run_dir) -> None:
     sample_chats = [chat[:-1] for chat in test[: s.sample_prompts]]
     sample_params = SamplingParams(max_tokens=s.max_new_tokens, temperature=s.report_temperature, seed=recipe.seed)
 
+    lengths = [len(chat_datum(policy, chat).model_input) for chat in tqdm(train, desc="lengths", unit="chat", leave=False)] if s.group_by_length else None
+
+    def batch_at(step: int) -> list[int]:
+        if lengths is None:
+            return batch_indices(len(train), s.batch_size, step, recipe.seed)
+        return length_grouped_batch_indices(lengths, s.batch_size, step, recipe.seed, s.group_by_length)
+
     stop_hint = recipe.resume_hint()  # repeats the --set values, so it works as printed
     with graceful_stop() as stop:
         bar = tqdm(range(start, steps), initial=start, total=steps, desc="sft", unit="step")
         for step in bar:
             t0 = time.time()
-            batch = [train[i] for i in batch_indices(len(train), s.batch_size, step, recipe.seed)]
+            batch = [train[i] for i in batch_at(step)]
             datums = [chat_datum(policy, chat) for chat in batch]
             lr = learning_rate(s, step, steps)
             out = policy.forward_backward(datums, "cross_entropy")

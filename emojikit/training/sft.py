@@ -1,7 +1,8 @@
 """Supervised fine-tuning: one loop against Policy, readable top to bottom.
 
 Loss falls on the assistant's tokens only. Data order is a pure function of (seed, step),
-so a resumed run sees exactly the batches it would have seen.
+so a resumed run sees exactly the batches it would have seen; with group_by_length, runs of
+batches are sorted by token length and cut again, so a batch pads less (same examples per epoch).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Seconds per SFT step with random batches against length-grouped ones (`[sft] group_by_length`),
 on the bundled SmolLM2 with the main job's backend settings, alternated in one process.
 
-    python bench/length_groups.py                    # 64 steps each, groups of 64 batches
+    python bench/length_groups.py                    # 64 steps each, groups of 16 batches (recipes/sft.toml's)
     python bench/length_groups.py --steps 8 --group 4 --limit 512   # smoke run
 
 Two fresh LoRAs (same seed) train on the same stretch of the SFT training file (`emojikit run
@@ -96,7 +96,7 @@ def main() -> None:
     parser = bench_parser(__doc__, threads=0)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=64)
-    parser.add_argument("--group", type=int, default=64, help="batches sorted together ([sft] group_by_length)")
+    parser.add_argument("--group", type=int, default=16, help="batches sorted together ([sft] group_by_length; recipes/sft.toml: 16)")
     parser.add_argument("--lora-layers", type=int, default=10, help="the main job's (recipes/sft.toml)")
     parser.add_argument("--limit", type=int, default=None, help="use the first N training chats only")
     parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"))

@@ -12,7 +12,7 @@ import torch
 
 from emojikit.support.bundled import SMOLLM2
 from emojikit.api.components import BuildContext
-from emojikit.api.errors import ConfigError, ModelUnavailableError
+from emojikit.api.errors import ConfigError, InputFileError, ModelUnavailableError
 from emojikit.api.policy import AdamParams, Datum, Policy, SamplingParams
 from emojikit_local.config import LocalConfig
 from emojikit_local.loading import load_model, load_model_and_tokenizer
@@ -330,6 +330,35 @@ def test_lora_layers_trains_the_last_layers_only_and_a_checkpoint_keeps_that(tmp
         assert got == pytest.approx(want, abs=1e-6)
     with pytest.raises(ConfigError, match=r"lora_layers = 3: the model has 2 decoder layers"):
         tiny_policy(lora_layers=3)
+
+
+def test_lora_b_lr_ratio_moves_the_b_matrices_that_many_times_further():
+    """LoRA+: B at ratio x the step's rate, A at it. Adam's first step moves each weight by the
+    rate times the sign of its gradient, and peft starts B at zero (so A's first gradient is 0)."""
+    datums = random_datums(3)
+    moved = {}
+    for ratio in (1.0, 4.0):
+        policy = tiny_policy(lora_b_lr_ratio=ratio)
+        before = {name: p.detach().clone() for name, p in policy.model.named_parameters() if p.requires_grad}
+        policy.forward_backward(datums, "cross_entropy")
+        policy.optim_step(AdamParams(learning_rate=1e-3))
+        moved[ratio] = {name: (p.detach() - before[name]).abs().max().item() for name, p in policy.model.named_parameters() if p.requires_grad}
+    b_names = [name for name in moved[1.0] if ".lora_B." in name]
+    assert b_names and all(moved[1.0][n] == pytest.approx(1e-3, rel=1e-3) for n in b_names)
+    assert all(moved[4.0][n] == pytest.approx(4e-3, rel=1e-3) for n in b_names)
+    assert all(moved[4.0][n] == moved[1.0][n] == 0.0 for n in moved[1.0] if ".lora_A." in n)
+
+
+def test_resuming_with_another_lora_b_lr_ratio_grouping_names_the_optimizer_file(tmp_path):
+    policy = tiny_policy(lora_b_lr_ratio=4.0)
+    policy.forward_backward(random_datums(2), "cross_entropy")
+    policy.optim_step(AdamParams(learning_rate=1e-3))
+    saved = policy.save(str(tmp_path / "ckpt"))
+    resumed = tiny_policy(lora_b_lr_ratio=2.0)
+    resumed.load(saved)
+    assert [g.get("lr_ratio", 1.0) for g in resumed.optimizer.param_groups] == [1.0, 2.0]
+    with pytest.raises(InputFileError, match=r"optimizer\.pt: optimizer state saved with another \[backend\] lora_b_lr_ratio"):
+        tiny_policy().load(saved)
 
 
 @pytest.mark.parametrize("prompts", ["distinct", "grouped", "common"])

@@ -347,7 +347,7 @@ class LocalPolicy:
     def optim_step(self, params: AdamParams) -> dict[str, float]:
         optimizer = self._optimizer()
         for group in optimizer.param_groups:
-            group.update(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps, weight_decay=params.weight_decay)
+            group.update(lr=params.learning_rate * group.get("lr_ratio", 1.0), betas=(params.beta1, params.beta2), eps=params.eps, weight_decay=params.weight_decay)
         grads = [p.grad for p in self.trainable if p.grad is not None]
         if not grads:
             return {"grad_norm": 0.0, "learning_rate": params.learning_rate}
@@ -377,7 +377,13 @@ class LocalPolicy:
     def _optimizer(self) -> torch.optim.Optimizer:
         if self.optimizer is None:
             # the learning rate and betas are set from AdamParams at every step
-            self.optimizer = torch.optim.AdamW(self.trainable, lr=0.0, weight_decay=0.0)
+            ratio = self.config.lora_b_lr_ratio
+            groups: list = [{"params": self.trainable}]
+            if ratio != 1.0:  # LoRA+: B matrices at `ratio` times the step's rate (A's)
+                b_ids = {id(p) for name, p in self.model.named_parameters() if p.requires_grad and ".lora_B." in name}
+                groups = [{"params": [p for p in self.trainable if id(p) not in b_ids]},
+                          {"params": [p for p in self.trainable if id(p) in b_ids], "lr_ratio": ratio}]
+            self.optimizer = torch.optim.AdamW(groups, lr=0.0, weight_decay=0.0)
         return self.optimizer
 
     # -- checkpoints -----------------------------------------------------------------
@@ -426,4 +432,11 @@ class LocalPolicy:
         if (path / checkpoint.RNG_FILE).exists():
             self.generator.set_state(torch.load(path / checkpoint.RNG_FILE))
         if with_optimizer and (path / checkpoint.OPTIMIZER_FILE).exists():
-            self._optimizer().load_state_dict(torch.load(path / checkpoint.OPTIMIZER_FILE, map_location=self.device))
+            optimizer = self._optimizer()
+            ratios = [group.get("lr_ratio", 1.0) for group in optimizer.param_groups]
+            try:
+                optimizer.load_state_dict(torch.load(path / checkpoint.OPTIMIZER_FILE, map_location=self.device))
+            except ValueError:  # another number of parameter groups
+                raise InputFileError(f"{path / checkpoint.OPTIMIZER_FILE}: optimizer state saved with another [backend] lora_b_lr_ratio (1 or not); resume with the run's own setting") from None
+            for group, ratio in zip(optimizer.param_groups, ratios):  # this run's ratio, not the saved one
+                group["lr_ratio"] = ratio

@@ -433,10 +433,12 @@ class LocalPolicy:
             self.generator.set_state(torch.load(path / checkpoint.RNG_FILE))
         if with_optimizer and (path / checkpoint.OPTIMIZER_FILE).exists():
             optimizer = self._optimizer()
-            ratios = [group.get("lr_ratio", 1.0) for group in optimizer.param_groups]
+            ratios = [group.get("lr_ratio") for group in optimizer.param_groups]
             try:
                 optimizer.load_state_dict(torch.load(path / checkpoint.OPTIMIZER_FILE, map_location=self.device))
             except ValueError:  # another number of parameter groups
                 raise InputFileError(f"{path / checkpoint.OPTIMIZER_FILE}: optimizer state saved with another [backend] lora_b_lr_ratio (1 or not); resume with the run's own setting") from None
             for group, ratio in zip(optimizer.param_groups, ratios):  # this run's ratio, not the saved one
-                group["lr_ratio"] = ratio
+                group.pop("lr_ratio", None)
+                if ratio is not None:
+                    group["lr_ratio"] = ratio

@@ -357,7 +357,7 @@ def test_resuming_with_another_lora_b_lr_ratio_grouping_names_the_optimizer_file
     resumed = tiny_policy(lora_b_lr_ratio=2.0)
     resumed.load(saved)
     assert [g.get("lr_ratio", 1.0) for g in resumed.optimizer.param_groups] == [1.0, 2.0]
-    with pytest.raises(InputFileError, match=r"optimizer\.pt: optimizer state saved with another \[backend\] lora_b_lr_ratio"):
+    with pytest.raises(InputFileError, match=r"optimizer\.pt: optimizer state does not fit this run's trainable weights \(saved with another \[backend\] lora_b_lr_ratio"):
         tiny_policy().load(saved)
 
 

@@ -436,8 +436,8 @@ class LocalPolicy:
             ratios = [group.get("lr_ratio") for group in optimizer.param_groups]
             try:
                 optimizer.load_state_dict(torch.load(path / checkpoint.OPTIMIZER_FILE, map_location=self.device))
-            except ValueError:  # another number of parameter groups
-                raise InputFileError(f"{path / checkpoint.OPTIMIZER_FILE}: optimizer state saved with another [backend] lora_b_lr_ratio (1 or not); resume with the run's own setting") from None
+            except ValueError:  # other parameter groups, or groups of other sizes
+                raise InputFileError(f"{path / checkpoint.OPTIMIZER_FILE}: optimizer state does not fit this run's trainable weights (saved with another [backend] lora_b_lr_ratio, lora_layers or target_modules?); resume with the run's own settings") from None
             for group, ratio in zip(optimizer.param_groups, ratios):  # this run's ratio, not the saved one
                 group.pop("lr_ratio", None)
                 if ratio is not None:

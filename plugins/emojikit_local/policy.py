@@ -346,8 +346,8 @@ class LocalPolicy:
 
     def optim_step(self, params: AdamParams) -> dict[str, float]:
         optimizer = self._optimizer()
-        for group in optimizer.param_groups:
-            group.update(lr=params.learning_rate * group.get("lr_ratio", 1.0), betas=(params.beta1, params.beta2), eps=params.eps, weight_decay=params.weight_decay)
+        for group, ratio in zip(optimizer.param_groups, self._lr_ratios()):
+            group.update(lr=params.learning_rate * ratio, betas=(params.beta1, params.beta2), eps=params.eps, weight_decay=params.weight_decay)
         grads = [p.grad for p in self.trainable if p.grad is not None]
         if not grads:
             return {"grad_norm": 0.0, "learning_rate": params.learning_rate}
@@ -374,15 +374,19 @@ class LocalPolicy:
         if self.merged_sampling is not None:
             self.merged_sampling.invalidate()
 
+    def _lr_ratios(self) -> list[float]:
+        """Each optimizer parameter group's share of the step's learning rate: one group, or
+        with LoRA+ (lora_b_lr_ratio) the A matrices at 1 and the B matrices at the ratio."""
+        ratio = self.config.lora_b_lr_ratio
+        return [1.0] if ratio == 1.0 else [1.0, ratio]
+
     def _optimizer(self) -> torch.optim.Optimizer:
         if self.optimizer is None:
             # the learning rate and betas are set from AdamParams at every step
-            ratio = self.config.lora_b_lr_ratio
             groups: list = [{"params": self.trainable}]
-            if ratio != 1.0:  # LoRA+: B matrices at `ratio` times the step's rate (A's)
+            if len(self._lr_ratios()) == 2:
                 b_ids = {id(p) for name, p in self.model.named_parameters() if p.requires_grad and ".lora_B." in name}
-                groups = [{"params": [p for p in self.trainable if id(p) not in b_ids]},
-                          {"params": [p for p in self.trainable if id(p) in b_ids], "lr_ratio": ratio}]
+                groups = [{"params": [p for p in self.trainable if id(p) not in b_ids]}, {"params": [p for p in self.trainable if id(p) in b_ids]}]
             self.optimizer = torch.optim.AdamW(groups, lr=0.0, weight_decay=0.0)
         return self.optimizer
 
@@ -432,13 +436,7 @@ class LocalPolicy:
         if (path / checkpoint.RNG_FILE).exists():
             self.generator.set_state(torch.load(path / checkpoint.RNG_FILE))
         if with_optimizer and (path / checkpoint.OPTIMIZER_FILE).exists():
-            optimizer = self._optimizer()
-            ratios = [group.get("lr_ratio") for group in optimizer.param_groups]
             try:
-                optimizer.load_state_dict(torch.load(path / checkpoint.OPTIMIZER_FILE, map_location=self.device))
+                self._optimizer().load_state_dict(torch.load(path / checkpoint.OPTIMIZER_FILE, map_location=self.device))
             except ValueError:  # other parameter groups, or groups of other sizes
                 raise InputFileError(f"{path / checkpoint.OPTIMIZER_FILE}: optimizer state does not fit this run's trainable weights (saved with another [backend] lora_b_lr_ratio, lora_layers or target_modules?); resume with the run's own settings") from None
-            for group, ratio in zip(optimizer.param_groups, ratios):  # this run's ratio, not the saved one
-                group.pop("lr_ratio", None)
-                if ratio is not None:
-                    group["lr_ratio"] = ratio

@@ -157,6 +157,42 @@ def test_rehearsal_reads_the_start_sft_train_file_or_says_what_is_missing(tmp_pa
         load_recipe(ROOT / "recipes/rft.toml", ["rft.rehearsal=4", f"rft.rehearsal_file={json.dumps(str(other))}"])
 
 
+# --- the reader's subset search ---------------------------------------------------------------------
+
+
+class BeliefJudge:
+    """A judge whose log-belief in a target is the sum of its emoji's weights for that target, less 1 per emoji."""
+
+    def __init__(self, weights):
+        self.weights = weights
+        self.views = 0
+
+    def guess(self, views):
+        return [""] * len(views)
+
+    def target_logprobs(self, views, targets):
+        from emojikit.api import emojis
+
+        self.views += len(views)
+        return [None if t not in self.weights else sum(self.weights[t].get(e, 0.0) - 1.0 for e in emojis.split(v.emoji_turns[-1])) for v, t in zip(views, targets)]
+
+
+def test_subset_search_grows_the_answer_the_judge_believes_in_from_the_states_own_emoji():
+    from emojikit.api.format import EmojiFormat
+    from emojikit.training.rft import subset_search
+
+    judge = BeliefJudge({"a": {"🍕": 5.0, "🎉": 3.0, "🌧️": 0.5, "🐶": 4.0}, "b": {"☔": 0.2}, "c": {"🐱": 9.0}})
+    groups = [
+        [cand(0, "🌧️🍕", 0.1), cand(0, "🎉🌧️", 0.2)],  # 🐶 would score, but no sample used it: never tried
+        [cand(1, "☔🌂", 0.1)],  # every emoji lowers the belief: the two of the format's minimum, best first
+        [cand(2, "🐱", 0.1)],  # one distinct emoji: no answer of two
+        [cand(3, "🍕🎉", 0.1)],  # a target the judge has no belief in
+    ]
+    answers = subset_search(judge, ["a", "b", "c", "zzz"], groups, EmojiFormat(2, 3))
+    assert answers == ["🍕🎉", "☔🌂", None, None]  # 🌧️ (-0.5) would lower a's belief: the search stops at two
+    assert subset_search(judge, ["a"], groups[:1], EmojiFormat(2, 2)) == ["🍕🎉"]  # max_emoji caps the growth
+
+
 # --- end to end on the local backend ----------------------------------------------------------------
 
 
@@ -245,6 +281,22 @@ def test_first_turn_rft_trains_on_the_best_of_k_first_answers(tmp_path, tiny_mod
     assert row["states"] == 4 and row["samples"] <= 8 and 0 < row["kept"] <= 4  # at most the best per state
     assert not (out / "train_states.jsonl").exists()
     assert not {k["target"] for k in read_rows(out / "kept.jsonl")} & set(heldout)
+
+
+def test_first_turn_rft_with_the_subset_search_adds_a_searched_candidate_per_state(tmp_path, tiny_model):
+    heldout, source = tiny_source(tmp_path)
+    out = tmp_path / "rft-search"
+    run_cli("run", str(ROOT / "recipes/rft.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", 'rft.start_from="base"',
+            "--set", 'rft.states="first_turn"', "--set", 'rft.search="subset"', "--set", "rft.rounds=1", "--set", "rft.states_per_round=4",
+            "--set", "rft.samples_per_state=3", "--set", "rft.sft_steps=1", "--set", "rft.min_reward=-10", "--set", "rft.eval_targets=0",
+            "--set", "game.max_new_tokens=12", "--set", "judge.distractors=8", "--set", f"out={json.dumps(str(out))}", *source)
+    (row,) = read_rows(out / "metrics.jsonl")
+    assert row["states"] == 4 and row["samples"] <= 12 and 0 < row["kept"] <= 4  # the searched answer competes, it does not add a pair
+    assert 0 <= row["search_wins"] <= 1 and row["search_unproducible"] >= 0 and 0 <= row["kept_searched_share"] <= 1
+    kept = read_rows(out / "kept.jsonl")
+    assert {k["source"] for k in kept} <= {"sample", "search"} and not {k["target"] for k in kept} & set(heldout)
+    with pytest.raises(ValueError, match="search needs states"):
+        RFTSettings(states="repair", search="subset")
 
 
 # --- the same loop through Tinker -----------------------------------------------------------------

@@ -18,6 +18,7 @@ the reward scores the 2-turn episode.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -58,6 +59,11 @@ class RFTSettings(ConfigModel):
         "mean", description='A kept answer\'s reward is above: "mean" the mean of the state\'s k samples (a state whose answers all score '
         'alike teaches nothing); "repeat" (repair only) the reward of sending turn 1 again, the repair every sender has; "none": no baseline.'
     )
+    search: Literal["none", "subset"] = Field(
+        "none", description='First-turn states: "subset" adds one candidate per state, built from the emoji its k samples used: '
+        "greedy forward selection (2..max_emoji of them, in the order chosen) by the judge's belief in the target (`TargetBelief`), "
+        "the reader's own score, never its labels. The sender proposes the emoji, the reader picks the ones it reads; the keep rule decides."
+    )
     teacher: Optional[str] = Field(
         None, description='Repair states: a teacher whose turn-2 answer joins each state\'s k samples as one more candidate (expert iteration '
         'with an expert), e.g. "lexicon-repair" (emoji for the target\'s phrases the wrong guess misses) or "lexicon". The keep rule still '
@@ -97,6 +103,8 @@ class RFTSettings(ConfigModel):
     def _repeat_needs_repair(self):
         if self.baseline == "repeat" and self.states != "repair":
             raise ValueError('baseline = "repeat" needs states = "repair" (a first turn has no turn 1 to send again)')
+        if self.search != "none" and self.states != "first_turn":
+            raise ValueError('search needs states = "first_turn" (it rebuilds a first answer from the state\'s own samples)')
         if self.teacher and self.states != "repair":
             raise ValueError('teacher needs states = "repair" (on the first turn the SFT data already holds the teacher\'s answers)')
         return self
@@ -128,6 +136,7 @@ class Candidate:
     success: bool
     similarity: float
     teacher: bool = False  # the teacher's answer, not a sample of the policy
+    searched: bool = False  # built by the search from the state's samples, not sampled as it stands
 
 
 # --- the keep rule ------------------------------------------------------------------------
@@ -198,6 +207,81 @@ def repair_candidates(policy, decoder, judge, reward, states, game, sampling, k:
             answer = ep.turns[1]
             groups[j // k].append(Candidate(j // k, answer.sample, answer.emoji, answer.valid, float(ep.reward["total"]), bool(ep.success), answer.similarity))
     return groups
+
+
+def subset_search(judge, targets: list[str], groups: list[list[Candidate]], fmt) -> list[Optional[str]]:
+    """Per target, the answer its judge believes in most among those built from the emoji the
+    state's samples used: greedy forward selection, one emoji at a time (the one that raises
+    log p(target) most), at least fmt.min_emoji, stopping when no emoji raises it or at
+    fmt.max_emoji. None where the samples used fewer than min_emoji distinct emoji or the judge
+    has no belief in the target. Every state's step is one batched call to the judge."""
+    from emojikit.api import emojis
+    from emojikit.api.components import JudgeView, target_logprobs
+
+    proposals = [list(dict.fromkeys(e for c in group for e in emojis.split(c.text))) for group in groups]
+    chosen: list[list[str]] = [[] for _ in targets]
+    best: list[tuple[float, Optional[str]]] = [(float("-inf"), None) for _ in targets]
+    live = [i for i, p in enumerate(proposals) if len(p) >= fmt.min_emoji]
+    while live:
+        tried = [(i, e) for i in live for e in proposals[i] if e not in chosen[i]]
+        beliefs = target_logprobs(judge, [JudgeView(["".join(chosen[i] + [e])]) for i, e in tried], [targets[i] for i, _ in tried])
+        top: dict[int, tuple[float, str]] = {}
+        for (i, e), logprob in zip(tried, beliefs):
+            if logprob is not None and (i not in top or logprob > top[i][0]):
+                top[i] = (logprob, e)
+        still = []
+        for i in live:
+            if i not in top:
+                continue  # the judge cannot say, or nothing is left to add
+            logprob, e = top[i]
+            grown = len(chosen[i]) + 1
+            if grown > fmt.min_emoji and logprob <= best[i][0]:
+                continue  # no emoji raises the belief: the best answer so far stands
+            chosen[i].append(e)
+            if grown >= fmt.min_emoji:
+                best[i] = (logprob, "".join(chosen[i]))
+            if grown < fmt.max_emoji:
+                still.append(i)
+        live = still
+    return [answer for _, answer in best]
+
+
+class _Replayed:
+    """A sender for `game.play` whose turns are given Samples, in prompt order."""
+
+    def __init__(self, samples: list):
+        self.samples = samples
+        self.name = "searched"
+
+    def sample(self, prompts, n, params, decoder=None):
+        assert len(prompts) == len(self.samples), "one searched answer per prompt"
+        return [[s] * n for s in self.samples]
+
+
+def searched_candidates(policy, decoder, judge, reward, targets, groups: list[list[Candidate]], game, sampling) -> tuple[list[Optional[Candidate]], int]:
+    """The search's answer per state as a one-turn episode of the game, in the policy's own tokens
+    (None where there is none, or the policy could not sample it under the decoder), and how many
+    answers could not be sampled."""
+    from emojikit.api.components import is_success
+    from emojikit.api.format import format_of
+    from emojikit.play.game import play, sender_prompt
+    from emojikit.training.guidance import answers_as_samples
+
+    one_turn = game.model_copy(update={"max_turns": 1})
+    answers = subset_search(judge, [m.text for m in targets], groups, format_of(decoder))
+    found = [i for i, a in enumerate(answers) if a is not None]
+    prompts = [sender_prompt(one_turn, targets[i].text, [], format_of(decoder)) for i in found]
+    params = dataclasses.replace(sampling, max_tokens=game.max_new_tokens)
+    samples = answers_as_samples(policy, prompts, [answers[i] for i in found], params, decoder)
+    producible = [(i, s) for i, s in zip(found, samples) if s is not None]
+    out: list[Optional[Candidate]] = [None] * len(targets)
+    if producible:
+        episodes = play(_Replayed([s for _, s in producible]), decoder, judge, reward, [targets[i] for i, _ in producible], settings=one_turn, sampling=sampling)
+        for (i, _), ep in zip(producible, episodes):
+            if not ep.failed and ep.turns:
+                turn = ep.turns[0]
+                out[i] = Candidate(i, turn.sample, turn.emoji, turn.valid, float(ep.reward["total"]), is_success(reward, turn.similarity), turn.similarity, searched=True)
+    return out, len(found) - len(producible)
 
 
 def teacher_repair_candidates(policy, decoder, judge, reward, teacher_answers, states, game, sampling) -> tuple[list[Optional[Candidate]], int]:
@@ -271,18 +355,19 @@ def train_kept(policy, kept: list[Candidate], s: RFTSettings, seed: int, round_i
 
 
 def round_statistics(candidates: list[list[Candidate]], kept: list[Candidate]) -> dict:
-    everything = [c for group in candidates for c in group]
+    everything = [c for group in candidates for c in group if not c.searched]  # the policy's samples (and a teacher's answers)
     row = {
         "states": len(candidates), "samples": len(everything), "kept": len(kept),
         "kept_share": len(kept) / max(len(everything), 1),
         "states_kept": len({c.state for c in kept}) / max(len(candidates), 1),
-        "states_with_win": sum(any(c.success for c in group) for group in candidates) / max(len(candidates), 1),
+        "states_with_win": sum(any(c.success and not c.searched for c in group) for group in candidates) / max(len(candidates), 1),
         "sample_success_rate": statistics.fmean(c.success for c in everything) if everything else 0.0,
         "reward_mean_all": statistics.fmean(c.reward for c in everything) if everything else 0.0,
         "format_violations": statistics.fmean(not c.valid for c in everything) if everything else 0.0,
     }
     if kept:
         row["kept_teacher_share"] = statistics.fmean(c.teacher for c in kept)
+        row["kept_searched_share"] = statistics.fmean(c.searched for c in kept)
         row["reward_mean_kept"] = statistics.fmean(c.reward for c in kept)
         row["similarity_mean_kept"] = statistics.fmean(c.similarity for c in kept)
     return row
@@ -319,6 +404,7 @@ def run(recipe, run_dir) -> None:
     reward = recipe.build("reward", run_dir.path)
     policy = recipe.build("backend", run_dir.path)
     decoder = recipe.build("decoder", run_dir.path)
+    require_belief_for_search(recipe, s, judge)
     add_candidates(judge, [m.text for m in heldout + train_targets])
     heldout_judge = held_out_judge(recipe, run_dir, judge, heldout)
     print(f"sender starts from {start_ref or 'the base model'}; {len(train_targets)} training targets"
@@ -366,18 +452,26 @@ def run(recipe, run_dir) -> None:
                 round_targets = [train_targets[i] for i in chosen]
                 candidates = first_turn_candidates(policy, decoder, judge, reward, round_targets, game, sampling, s.samples_per_state)
                 targets = [m.text for m in round_targets]
+                if s.search != "none":
+                    searched, unproducible = searched_candidates(policy, decoder, judge, reward, round_targets, candidates, game, sampling)
+                    search_row = {"search_wins": statistics.fmean(bool(c and c.success) for c in searched), "search_unproducible": unproducible,
+                                  "search_reward_mean": statistics.fmean(c.reward for c in searched if c) if any(searched) else 0.0}
+                    for group, candidate in zip(candidates, searched):
+                        group.extend([candidate] if candidate is not None else [])
             t_sample = time.time() - t0
             kept = keep_answers(candidates, s, threshold(s), baselines)
             row = {"step": done, "round": done, **round_statistics(candidates, kept), "sample_seconds": t_sample}
             if teacher_answers is not None:
                 row.update(teacher_row)
+            if states is None and s.search != "none":
+                row.update(search_row)
             if baselines is not None:
                 row["repeat_reward_mean"] = statistics.fmean(b for b in baselines if b != float("inf")) if any(b != float("inf") for b in baselines) else 0.0
             row.update(train_kept(policy, kept, s, recipe.seed, round_index, rehearsal))
             row["round_seconds"] = time.time() - t0
             for c in kept[: s.log_kept]:
                 run_dir.log(KEPT_FILE, {"step": done, "target": targets[c.state], "answer": c.text, "reward": round(c.reward, 4), "similarity": round(c.similarity, 4),
-                                        "source": "teacher" if c.teacher else "sample"})
+                                        "source": "teacher" if c.teacher else "search" if c.searched else "sample"})
             if heldout and s.eval_every and done % s.eval_every == 0 and done != s.rounds:
                 held = evaluate(done)
                 row["eval_success_rate"], row["eval_repair_rate"] = held["success_rate"], held["repair_rate"]
@@ -398,6 +492,17 @@ def run(recipe, run_dir) -> None:
         atomic_write_text(run_dir.file("before_after.md"), table)
         print(table)
     print(f"final adapter: {run_dir.checkpoint_path(s.rounds)}")
+
+
+def require_belief_for_search(recipe, s: RFTSettings, judge) -> None:
+    """The search scores answers by the judge's belief in the target: a judge without one
+    (`TargetBelief`) would silently search nothing."""
+    from emojikit.api.components import TargetBelief
+    from emojikit.api.errors import ConfigError
+
+    if s.search != "none" and not isinstance(judge, TargetBelief):
+        raise ConfigError(f"{recipe.path}: [rft] search = \"{s.search}\": the judge `{recipe.components['judge'].spec.name}` reports no belief in "
+                          "the target (TargetBelief); use a retrieval judge (retrieval, keywords, panel, lm-reader) or set search = \"none\"")
 
 
 def preflight(recipe) -> None:

@@ -5,7 +5,10 @@ the teacher under one judge (same seed, same pool). For every judge this prints 
 first-turn success and repair rate per sender; the RL seeds' mean and spread (std between seeds);
 each seed's paired gain over the start with its exact McNemar p; the pooled paired test (all seeds'
 target-level outcomes against the start's, McNemar on the pooled discordant pairs); and the
-control's gain. The generic share comes from the same reports.
+control's gain. The generic share comes from the same reports. Beside success, the reader's
+first-turn belief in the target (mean log p(target | first answer) over its pool, logged per turn by
+a `TargetBelief` judge) and each sender's paired shift of it over the start with a 95 % interval: it
+moves with every emoji, also where the guess stays wrong, so it sees smaller changes than success.
 
     python bench/readers_table.py runs/rl/eval-keywords/eval.json runs/rl/eval-retrieval/eval.json \
         --start runs/sft --seeds runs/rl/grpo-seed0 runs/rl/grpo-seed1 runs/rl/grpo-seed2 --control runs/rl/sft-control
@@ -25,6 +28,22 @@ def first_turn_wins(entry: dict) -> list[bool]:
     return [bool(ep["success"]) and ep["n_turns"] == 1 for ep in entry["per_target"]]
 
 
+def first_turn_beliefs(entry: dict) -> list:
+    """Per target, the judge's log-belief in it after the first answer (None where it said none)."""
+    return [ep["turns"][0].get("target_logprob") if ep.get("turns") else None for ep in entry["per_target"]]
+
+
+def belief_shift(entry: dict, base: dict) -> dict:
+    """Mean first-turn log-belief of a sender and its paired shift over the start's, with the
+    half-width of a 95 % interval (normal approximation over targets); {} without beliefs."""
+    pairs = [(a, b) for a, b in zip(first_turn_beliefs(entry), first_turn_beliefs(base)) if a is not None and b is not None]
+    if len(pairs) < 2:
+        return {}
+    diffs = [a - b for a, b in pairs]
+    return {"belief": statistics.fmean(a for a, _ in pairs), "belief_shift": statistics.fmean(diffs),
+            "belief_ci": 1.96 * statistics.stdev(diffs) / len(diffs) ** 0.5}
+
+
 def find(checkpoints: dict, ref: str) -> tuple[str, dict]:
     """The report's entry for a checkpoint given as a run directory or a checkpoint path."""
     for name, entry in checkpoints.items():
@@ -38,6 +57,7 @@ def judge_rows(report: dict, start: str, seeds: list[str], control: str | None) 
     _, base = find(checkpoints, start)
     start_wins = base["per_target_success"]
     rows = {"start": base["masked"]}
+    start_belief = belief_shift(base, base).get("belief")
     gains, first_gains, a_only, b_only = [], [], 0, 0
     per_seed = []
     for ref in seeds:
@@ -47,16 +67,18 @@ def judge_rows(report: dict, start: str, seeds: list[str], control: str | None) 
         a_only, b_only = a_only + paired["a_only"], b_only + paired["b_only"]
         gains.append(paired["difference"])
         first_gains.append(first["difference"])
-        per_seed.append({"ref": ref, **entry["masked"], "gain": paired["difference"], "p": paired["mcnemar_p"], "first_turn_gain": first["difference"]})
-    out = {"targets": report["targets"], "judge": report["judge"], "start": base["masked"], "seeds": per_seed,
+        per_seed.append({"ref": ref, **entry["masked"], "gain": paired["difference"], "p": paired["mcnemar_p"], "first_turn_gain": first["difference"],
+                         **belief_shift(entry, base)})
+    out = {"targets": report["targets"], "judge": report["judge"], "start": {**base["masked"], "belief": start_belief}, "seeds": per_seed,
            "gain_mean": statistics.fmean(gains), "gain_std": statistics.pstdev(gains), "first_turn_gain_mean": statistics.fmean(first_gains),
            "pooled": {"rl_only": a_only, "start_only": b_only, "mcnemar_p": mcnemar_exact(a_only, b_only)}}
     if control and any(n == control or n.startswith(control.rstrip("/") + "/") for n in checkpoints):  # a report may leave it out
         _, entry = find(checkpoints, control)
-        out["control"] = {**entry["masked"], **{k: v for k, v in paired_comparison(entry["per_target_success"], start_wins).items() if k in ("difference", "mcnemar_p")}}
+        out["control"] = {**entry["masked"], **{k: v for k, v in paired_comparison(entry["per_target_success"], start_wins).items() if k in ("difference", "mcnemar_p")},
+                          **belief_shift(entry, base)}
     teacher = next((e for n, e in checkpoints.items() if n.startswith("teacher:")), None)
     if teacher:
-        out["teacher"] = teacher["masked"]
+        out["teacher"] = {**teacher["masked"], **belief_shift(teacher, base)}
     return out
 
 
@@ -64,20 +86,24 @@ def markdown(rows: dict) -> str:
     lines = []
     for judge, r in rows.items():
         lines += [f"### `{judge}`: {r['targets']} targets", "",
-                  "| sender | success | first turn | repair rate | generic share | paired gain over the start (McNemar p) |", "|---|---|---|---|---|---|"]
+                  "| sender | success | first turn | repair rate | generic share | paired gain over the start (McNemar p) | first-turn log-belief (shift over the start, 95 % CI) |",
+                  "|---|---|---|---|---|---|---|"]
         cell = lambda m: f"{m['success_rate']:.3f} | {m['first_turn_success']:.3f} | {m['repair_rate']:.3f} | {m.get('generic_share', float('nan')):.2f}"
-        lines.append(f"| start | {cell(r['start'])} | |")
+        belief = lambda m: "" if m.get("belief") is None else f"{m['belief']:.2f}" + (f" ({m['belief_shift']:+.2f} ± {m['belief_ci']:.2f})" if "belief_shift" in m else "")
+        lines.append(f"| start | {cell(r['start'])} | | {belief(r['start'])} |")
         for s in r["seeds"]:
-            lines.append(f"| {s['ref']} | {cell(s)} | {s['gain']:+.3f} (p {s['p']:.2g}) |")
+            lines.append(f"| {s['ref']} | {cell(s)} | {s['gain']:+.3f} (p {s['p']:.2g}) | {belief(s)} |")
         succ = [s["success_rate"] for s in r["seeds"]]
         lines.append(f"| RL, mean (std) of {len(succ)} seeds | {statistics.fmean(succ):.3f} ({statistics.pstdev(succ):.3f}) | "
                      f"{statistics.fmean(s['first_turn_success'] for s in r['seeds']):.3f} | {statistics.fmean(s['repair_rate'] for s in r['seeds']):.3f} | | "
-                     f"{r['gain_mean']:+.3f} (std {r['gain_std']:.3f}); pooled p {r['pooled']['mcnemar_p']:.2g} ({r['pooled']['rl_only']} vs {r['pooled']['start_only']}) |")
+                     f"{r['gain_mean']:+.3f} (std {r['gain_std']:.3f}); pooled p {r['pooled']['mcnemar_p']:.2g} ({r['pooled']['rl_only']} vs {r['pooled']['start_only']}) | "
+                     + (f"shift {statistics.fmean(s['belief_shift'] for s in r['seeds']):+.2f} (std {statistics.pstdev([s['belief_shift'] for s in r['seeds']]):.2f}) |"
+                        if all("belief_shift" in s for s in r["seeds"]) else " |"))
         if "control" in r:
             c = r["control"]
-            lines.append(f"| equal-compute SFT control | {cell(c)} | {c['difference']:+.3f} (p {c['mcnemar_p']:.2g}) |")
+            lines.append(f"| equal-compute SFT control | {cell(c)} | {c['difference']:+.3f} (p {c['mcnemar_p']:.2g}) | {belief(c)} |")
         if "teacher" in r:
-            lines.append(f"| teacher | {cell(r['teacher'])} | |")
+            lines.append(f"| teacher | {cell(r['teacher'])} | | {belief(r['teacher'])} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -165,7 +165,6 @@ class BeliefJudge:
 
     def __init__(self, weights):
         self.weights = weights
-        self.views = 0
 
     def guess(self, views):
         return [""] * len(views)
@@ -173,7 +172,6 @@ class BeliefJudge:
     def target_logprobs(self, views, targets):
         from emojikit.api import emojis
 
-        self.views += len(views)
         return [None if t not in self.weights else sum(self.weights[t].get(e, 0.0) - 1.0 for e in emojis.split(v.emoji_turns[-1])) for v, t in zip(views, targets)]
 
 
@@ -191,6 +189,18 @@ def test_subset_search_grows_the_answer_the_judge_believes_in_from_the_states_ow
     answers = subset_search(judge, ["a", "b", "c", "zzz"], groups, EmojiFormat(2, 3))
     assert answers == ["🍕🎉", "☔🌂", None, None]  # 🌧️ (-0.5) would lower a's belief: the search stops at two
     assert subset_search(judge, ["a"], groups[:1], EmojiFormat(2, 2)) == ["🍕🎉"]  # max_emoji caps the growth
+
+
+def test_the_search_needs_a_judge_with_a_belief_in_the_target():
+    from types import SimpleNamespace
+
+    from emojikit.training.rft import require_belief_for_search
+
+    recipe = SimpleNamespace(path="r.toml", components={"judge": SimpleNamespace(spec=SimpleNamespace(name="claude"))})
+    with pytest.raises(ConfigError, match=r'^r.toml: \[rft\] search = "subset": the judge `claude` reports no belief'):
+        require_belief_for_search(recipe, RFTSettings(states="first_turn", search="subset"), object())
+    require_belief_for_search(recipe, RFTSettings(states="first_turn", search="subset"), BeliefJudge({}))  # a belief: no error
+    require_belief_for_search(recipe, RFTSettings(), object())  # no search: any judge
 
 
 # --- end to end on the local backend ----------------------------------------------------------------
@@ -292,7 +302,8 @@ def test_first_turn_rft_with_the_subset_search_adds_a_searched_candidate_per_sta
             "--set", "game.max_new_tokens=12", "--set", "judge.distractors=8", "--set", f"out={json.dumps(str(out))}", *source)
     (row,) = read_rows(out / "metrics.jsonl")
     assert row["states"] == 4 and row["samples"] <= 12 and 0 < row["kept"] <= 4  # the searched answer competes, it does not add a pair
-    assert 0 <= row["search_wins"] <= 1 and row["search_unproducible"] >= 0 and 0 <= row["kept_searched_share"] <= 1
+    assert row["search_answers"] >= 1 and row["search_answers"] + row["search_unproducible"] <= 4  # at most one per state, played or counted
+    assert 0 <= row["search_wins"] <= row["search_answers"] / 4 and 0 <= row["kept_searched_share"] <= 1
     kept = read_rows(out / "kept.jsonl")
     assert {k["source"] for k in kept} <= {"sample", "search"} and not {k["target"] for k in kept} & set(heldout)
     with pytest.raises(ValueError, match="search needs states"):

@@ -454,7 +454,8 @@ def run(recipe, run_dir) -> None:
                 targets = [m.text for m in round_targets]
                 if s.search != "none":
                     searched, unproducible = searched_candidates(policy, decoder, judge, reward, round_targets, candidates, game, sampling)
-                    search_row = {"search_wins": statistics.fmean(bool(c and c.success) for c in searched), "search_unproducible": unproducible,
+                    search_row = {"search_answers": sum(c is not None for c in searched), "search_wins": statistics.fmean(bool(c and c.success) for c in searched),
+                                  "search_unproducible": unproducible,
                                   "search_reward_mean": statistics.fmean(c.reward for c in searched if c) if any(searched) else 0.0}
                     for group, candidate in zip(candidates, searched):
                         group.extend([candidate] if candidate is not None else [])

@@ -217,6 +217,13 @@ def tiny_source(tmp_path: Path) -> tuple[list[str], list[str]]:
     return texts[:6], common
 
 
+def run_one_round(tiny_model, out: Path, source: list[str], *settings: str) -> None:
+    """recipes/rft.toml on the tiny model from base: one round of 4 states, one cross-entropy step, no held-out game."""
+    run_cli("run", str(ROOT / "recipes/rft.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", 'rft.start_from="base"',
+            "--set", "rft.rounds=1", "--set", "rft.states_per_round=4", "--set", "rft.sft_steps=1", "--set", "rft.eval_targets=0",
+            "--set", "judge.distractors=8", *(a for setting in settings for a in ("--set", setting)), "--set", f"out={json.dumps(str(out))}", *source)
+
+
 def test_repair_rft_end_to_end_checkpoints_resumes_and_never_trains_held_out(tmp_path, tiny_model):
     heldout, source = tiny_source(tmp_path)
     out = tmp_path / "rft"
@@ -255,10 +262,8 @@ def test_a_teacher_answer_joins_each_repair_state_and_trains_where_it_wins(tmp_p
     heldout, source = tiny_source(tmp_path)
     out = tmp_path / "rft-teacher"
     # keep = "wins", no baseline: every distinct winning answer trains, the teacher's among them.
-    run_cli("run", str(ROOT / "recipes/rft.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", 'rft.start_from="base"',
-            "--set", 'rft.teacher="lexicon-repair"', "--set", "rft.rounds=1", "--set", "rft.states_per_round=4", "--set", "rft.samples_per_state=2",
-            "--set", "rft.sft_steps=1", "--set", 'rft.keep="wins"', "--set", 'rft.baseline="none"', "--set", "rft.eval_targets=0",
-            "--set", "rft.log_kept=100", "--set", "judge.distractors=8", "--set", f"out={json.dumps(str(out))}", *source)
+    run_one_round(tiny_model, out, source, 'rft.teacher="lexicon-repair"', "rft.samples_per_state=2", 'rft.keep="wins"', 'rft.baseline="none"',
+                  "rft.log_kept=100")
     (row,) = read_rows(out / "metrics.jsonl")
     assert row["states"] == 4 and 0 <= row["teacher_unproducible"] <= 4 and row["teacher_wins"] > 0
     assert row["samples"] == 4 * 2 + 4 - row["teacher_unproducible"]
@@ -283,10 +288,7 @@ def test_a_teacher_answer_joins_each_repair_state_and_trains_where_it_wins(tmp_p
 def test_first_turn_rft_trains_on_the_best_of_k_first_answers(tmp_path, tiny_model):
     heldout, source = tiny_source(tmp_path)
     out = tmp_path / "rft1"
-    run_cli("run", str(ROOT / "recipes/rft.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", 'rft.start_from="base"',
-            "--set", 'rft.states="first_turn"', "--set", "rft.rounds=1", "--set", "rft.states_per_round=4", "--set", "rft.samples_per_state=2",
-            "--set", "rft.sft_steps=1", "--set", "rft.min_reward=-10", "--set", "rft.eval_targets=0", "--set", "game.max_new_tokens=6",
-            "--set", "judge.distractors=8", "--set", f"out={json.dumps(str(out))}", *source)
+    run_one_round(tiny_model, out, source, 'rft.states="first_turn"', "rft.samples_per_state=2", "rft.min_reward=-10", "game.max_new_tokens=6")
     (row,) = read_rows(out / "metrics.jsonl")
     assert row["states"] == 4 and row["samples"] <= 8 and 0 < row["kept"] <= 4  # at most the best per state
     assert not (out / "train_states.jsonl").exists()
@@ -296,10 +298,8 @@ def test_first_turn_rft_trains_on_the_best_of_k_first_answers(tmp_path, tiny_mod
 def test_first_turn_rft_with_the_subset_search_adds_a_searched_candidate_per_state(tmp_path, tiny_model):
     heldout, source = tiny_source(tmp_path)
     out = tmp_path / "rft-search"
-    run_cli("run", str(ROOT / "recipes/rft.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", 'rft.start_from="base"',
-            "--set", 'rft.states="first_turn"', "--set", 'rft.search="subset"', "--set", "rft.rounds=1", "--set", "rft.states_per_round=4",
-            "--set", "rft.samples_per_state=3", "--set", "rft.sft_steps=1", "--set", "rft.min_reward=-10", "--set", "rft.eval_targets=0",
-            "--set", "game.max_new_tokens=12", "--set", "judge.distractors=8", "--set", f"out={json.dumps(str(out))}", *source)
+    run_one_round(tiny_model, out, source, 'rft.states="first_turn"', 'rft.search="subset"', "rft.samples_per_state=3", "rft.min_reward=-10",
+                  "game.max_new_tokens=12")
     (row,) = read_rows(out / "metrics.jsonl")
     assert row["states"] == 4 and row["samples"] <= 12 and 0 < row["kept"] <= 4  # the searched answer competes, it does not add a pair
     assert row["search_answers"] >= 1 and row["search_answers"] + row["search_unproducible"] <= 4  # at most one per state, played or counted

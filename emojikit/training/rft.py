@@ -18,7 +18,6 @@ the reward scores the 2-turn episode.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 import time
@@ -271,8 +270,7 @@ def searched_candidates(policy, decoder, judge, reward, targets, groups: list[li
     answers = subset_search(judge, [m.text for m in targets], groups, format_of(decoder))
     found = [i for i, a in enumerate(answers) if a is not None]
     prompts = [sender_prompt(one_turn, targets[i].text, [], format_of(decoder)) for i in found]
-    params = dataclasses.replace(sampling, max_tokens=game.max_new_tokens)
-    samples = answers_as_samples(policy, prompts, [answers[i] for i in found], params, decoder)
+    samples = answers_as_samples(policy, prompts, [answers[i] for i in found], sampling, decoder)  # sampling.max_tokens is the game's budget
     producible = [(i, s) for i, s in zip(found, samples) if s is not None]
     out: list[Optional[Candidate]] = [None] * len(targets)
     if producible:
@@ -436,7 +434,7 @@ def run(recipe, run_dir) -> None:
             done = round_index + 1
             chosen = batch_indices(pool_size, min(s.states_per_round, pool_size), round_index, recipe.seed)
             sampling = SamplingParams(max_tokens=game.max_new_tokens, temperature=s.temperature, seed=recipe.seed * 100_003 + round_index)
-            baselines = None
+            baselines, search_row = None, {}
             if states is not None:
                 round_states = [states[i] for i in chosen]
                 candidates = repair_candidates(policy, decoder, judge, reward, round_states, game, sampling, s.samples_per_state)
@@ -464,8 +462,7 @@ def run(recipe, run_dir) -> None:
             row = {"step": done, "round": done, **round_statistics(candidates, kept), "sample_seconds": t_sample}
             if teacher_answers is not None:
                 row.update(teacher_row)
-            if states is None and s.search != "none":
-                row.update(search_row)
+            row.update(search_row)
             if baselines is not None:
                 row["repeat_reward_mean"] = statistics.fmean(b for b in baselines if b != float("inf")) if any(b != float("inf") for b in baselines) else 0.0
             row.update(train_kept(policy, kept, s, recipe.seed, round_index, rehearsal))

@@ -189,6 +189,9 @@ def test_subset_search_grows_the_answer_the_judge_believes_in_from_the_states_ow
     answers = subset_search(judge, ["a", "b", "c", "zzz"], groups, EmojiFormat(2, 3))
     assert answers == ["🍕🎉", "☔🌂", None, None]  # 🌧️ (-0.5) would lower a's belief: the search stops at two
     assert subset_search(judge, ["a"], groups[:1], EmojiFormat(2, 2)) == ["🍕🎉"]  # max_emoji caps the growth
+    # A teacher's answer proposes more emoji: 🐶 now joins a's answer, and c has two to pick from.
+    proposed = subset_search(judge, ["a", "b", "c", "zzz"], groups, EmojiFormat(2, 3), extra=["🐶🌂", None, "🍩", "🍕"])
+    assert proposed == ["🍕🐶🎉", "☔🌂", "🐱🍩", None]
 
 
 def test_the_search_needs_a_judge_with_a_belief_in_the_target():
@@ -282,7 +285,8 @@ def test_a_teacher_answer_joins_each_repair_state_and_trains_where_it_wins(tmp_p
         assert k["answer"] == teacher.repair([st.target], [st.guess], [st.turn1])[0]
     assert not {k["target"] for k in kept} & set(heldout)
     with pytest.raises(ValueError, match="teacher needs states"):
-        RFTSettings(states="first_turn", teacher="lexicon")
+        RFTSettings(states="first_turn", teacher="lexicon")  # on the first turn a teacher only proposes emoji to the search
+    assert RFTSettings(states="first_turn", teacher="lexicon", search="subset").teacher == "lexicon"
 
 
 def test_first_turn_rft_trains_on_the_best_of_k_first_answers(tmp_path, tiny_model):
@@ -308,6 +312,31 @@ def test_first_turn_rft_with_the_subset_search_adds_a_searched_candidate_per_sta
     assert {k["source"] for k in kept} <= {"sample", "search"} and not {k["target"] for k in kept} & set(heldout)
     with pytest.raises(ValueError, match="search needs states"):
         RFTSettings(states="repair", search="subset")
+
+
+def test_the_teachers_emoji_join_the_first_turn_search(tmp_path, tiny_model, monkeypatch):
+    from emojikit.training import rft
+
+    heldout, source = tiny_source(tmp_path)
+    out = tmp_path / "rft-search-teacher"
+    seen = []
+    search = rft.subset_search
+
+    def recorded(judge, targets, groups, fmt, extra=None):
+        seen.append((targets, extra))
+        return search(judge, targets, groups, fmt, extra)
+
+    monkeypatch.setattr(rft, "subset_search", recorded)
+    run_one_round(tiny_model, out, source, 'rft.states="first_turn"', 'rft.search="subset"', 'rft.teacher="lexicon"', "rft.samples_per_state=2",
+                  "rft.min_reward=-10", "game.max_new_tokens=12")
+    ((targets, extra),) = seen
+    from emojikit.api.components import Message
+    from emojikit.composition.assembly import build_component, context
+
+    teacher = build_component("teacher", "lexicon", None, context(seed=0, run_dir=out, recipe_path=ROOT / "recipes/rft.toml"), table="teacher")
+    assert extra == teacher.answer([Message(t) for t in targets]) and any(extra)  # the teacher's answers to the round's states, proposed
+    (row,) = read_rows(out / "metrics.jsonl")
+    assert row["search_answers"] + row["search_unproducible"] >= 1
 
 
 # --- the same loop through Tinker -----------------------------------------------------------------

@@ -66,7 +66,9 @@ class RFTSettings(ConfigModel):
     teacher: Optional[str] = Field(
         None, description='Repair states: a teacher whose turn-2 answer joins each state\'s k samples as one more candidate (expert iteration '
         'with an expert), e.g. "lexicon-repair" (emoji for the target\'s phrases the wrong guess misses) or "lexicon". The keep rule still '
-        "decides: its answer trains only where it wins and beats the baseline. An answer the decoder could not produce is left out (counted)."
+        "decides: its answer trains only where it wins and beats the baseline. An answer the decoder could not produce is left out (counted). "
+        'First-turn states with search = "subset": the emoji of the teacher\'s answer (e.g. "lexicon") join the search\'s proposals; '
+        "the reader picks among them and the samples' emoji, so what trains is what the reader reads, not the teacher's answer as it stands."
     )
     sft_steps: int = Field(8, ge=0, description="Cross-entropy optimizer steps per round on the round's kept pairs.")
     batch_size: int = Field(16, ge=1, description="Kept pairs per cross-entropy step (drawn in turn, an epoch a permutation).")
@@ -104,8 +106,9 @@ class RFTSettings(ConfigModel):
             raise ValueError('baseline = "repeat" needs states = "repair" (a first turn has no turn 1 to send again)')
         if self.search != "none" and self.states != "first_turn":
             raise ValueError('search needs states = "first_turn" (it rebuilds a first answer from the state\'s own samples)')
-        if self.teacher and self.states != "repair":
-            raise ValueError('teacher needs states = "repair" (on the first turn the SFT data already holds the teacher\'s answers)')
+        if self.teacher and self.states != "repair" and self.search == "none":
+            raise ValueError('teacher needs states = "repair", or search = "subset" on the first turn (there the SFT data already holds '
+                             "the teacher's answers as they stand; the search only takes their emoji as proposals)")
         return self
 
     @field_validator("rehearsal_file")
@@ -208,16 +211,18 @@ def repair_candidates(policy, decoder, judge, reward, states, game, sampling, k:
     return groups
 
 
-def subset_search(judge, targets: list[str], groups: list[list[Candidate]], fmt) -> list[Optional[str]]:
+def subset_search(judge, targets: list[str], groups: list[list[Candidate]], fmt, extra: Optional[list[Optional[str]]] = None) -> list[Optional[str]]:
     """Per target, the answer its judge believes in most among those built from the emoji the
-    state's samples used: greedy forward selection, one emoji at a time (the one that raises
+    state's samples used (and the emoji of `extra`, one more proposed answer per state, such as
+    a teacher's): greedy forward selection, one emoji at a time (the one that raises
     log p(target) most), at least fmt.min_emoji, stopping when no emoji raises it or at
-    fmt.max_emoji. None where the samples used fewer than min_emoji distinct emoji or the judge
+    fmt.max_emoji. None where the proposals hold fewer than min_emoji distinct emoji or the judge
     has no belief in the target. Every state's step is one batched call to the judge."""
     from emojikit.api import emojis
     from emojikit.api.components import JudgeView, target_logprobs
 
-    proposals = [list(dict.fromkeys(e for c in group for e in emojis.split(c.text))) for group in groups]
+    texts = [[c.text for c in group] + ([extra[i]] if extra and extra[i] else []) for i, group in enumerate(groups)]
+    proposals = [list(dict.fromkeys(e for text in group for e in emojis.split(text))) for group in texts]
     chosen: list[list[str]] = [[] for _ in targets]
     best: list[tuple[float, Optional[str]]] = [(float("-inf"), None) for _ in targets]
     live = [i for i, p in enumerate(proposals) if len(p) >= fmt.min_emoji]
@@ -257,17 +262,17 @@ class _Replayed:
         return [[s] * n for s in self.samples]
 
 
-def searched_candidates(policy, decoder, judge, reward, targets, groups: list[list[Candidate]], game, sampling) -> tuple[list[Optional[Candidate]], int]:
-    """The search's answer per state as a one-turn episode of the game, in the policy's own tokens
-    (None where there is none, or the policy could not sample it under the decoder), and how many
-    answers could not be sampled."""
+def searched_candidates(policy, decoder, judge, reward, targets, groups: list[list[Candidate]], game, sampling, extra: Optional[list[Optional[str]]] = None) -> tuple[list[Optional[Candidate]], int]:
+    """The search's answer per state (from its samples' emoji and those of `extra`) as a one-turn
+    episode of the game, in the policy's own tokens (None where there is none, or the policy could
+    not sample it under the decoder), and how many answers could not be sampled."""
     from emojikit.api.components import is_success
     from emojikit.api.format import format_of
     from emojikit.play.game import play, sender_prompt
     from emojikit.training.guidance import answers_as_samples
 
     one_turn = game.model_copy(update={"max_turns": 1})
-    answers = subset_search(judge, [m.text for m in targets], groups, format_of(decoder))
+    answers = subset_search(judge, [m.text for m in targets], groups, format_of(decoder), extra)
     found = [i for i, a in enumerate(answers) if a is not None]
     prompts = [sender_prompt(one_turn, targets[i].text, [], format_of(decoder)) for i in found]
     samples = answers_as_samples(policy, prompts, [answers[i] for i in found], sampling, decoder)  # sampling.max_tokens is the game's budget
@@ -413,8 +418,12 @@ def run(recipe, run_dir) -> None:
     if s.states == "repair":  # made by the start weights, before resume_policy loads a later round
         states = train_states(policy, decoder, judge, reward, train_targets, game, s.state_temperature, recipe.seed, run_dir, start_ref or "base", "rft")
     pool_size = len(states) if states is not None else len(train_targets)
-    teacher_answers = None
-    if s.teacher:
+    teacher_answers, proposer = None, None
+    if s.teacher and s.states == "first_turn":  # its answers' emoji join the search's proposals
+        from emojikit.composition.assembly import build_component, context
+
+        proposer = build_component("teacher", s.teacher, None, context(seed=recipe.seed, run_dir=run_dir.path, recipe_path=recipe.path), table="teacher")
+    elif s.teacher:
         from emojikit.evaluation.repair import answers_for
         from emojikit.play.teacher_sender import TEACHER_PREFIX
 
@@ -451,7 +460,8 @@ def run(recipe, run_dir) -> None:
                 candidates = first_turn_candidates(policy, decoder, judge, reward, round_targets, game, sampling, s.samples_per_state)
                 targets = [m.text for m in round_targets]
                 if s.search != "none":
-                    searched, unproducible = searched_candidates(policy, decoder, judge, reward, round_targets, candidates, game, sampling)
+                    proposed = proposer.answer(round_targets) if proposer is not None else None
+                    searched, unproducible = searched_candidates(policy, decoder, judge, reward, round_targets, candidates, game, sampling, proposed)
                     search_row = {"search_answers": sum(c is not None for c in searched), "search_wins": statistics.fmean(bool(c and c.success) for c in searched),
                                   "search_unproducible": unproducible,
                                   "search_reward_mean": statistics.fmean(c.reward for c in searched if c) if any(searched) else 0.0}

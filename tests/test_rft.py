@@ -339,6 +339,21 @@ def test_the_teachers_emoji_join_the_first_turn_search(tmp_path, tiny_model, mon
     assert row["search_answers"] + row["search_unproducible"] >= 1
 
 
+def test_the_search_alone_on_the_teachers_emoji_samples_nothing(tmp_path, tiny_model):
+    heldout, source = tiny_source(tmp_path)
+    out = tmp_path / "rft-search-only"
+    run_one_round(tiny_model, out, source, 'rft.states="first_turn"', 'rft.search="subset"', 'rft.teacher="lexicon"', "rft.samples_per_state=0",
+                  'rft.baseline="none"', "rft.min_reward=-10", "game.max_new_tokens=12")
+    (row,) = read_rows(out / "metrics.jsonl")
+    assert row["samples"] == 0 and row["states"] == 4 and row["search_answers"] >= 1
+    kept = read_rows(out / "kept.jsonl")
+    assert kept and {k["source"] for k in kept} == {"search"} and row["kept_searched_share"] == 1.0
+    assert row["kept"] == row["search_answers"] and row["kept_share"] == row["kept"] / 4  # min_reward -10: every played answer trains
+    for bad in ({"search": "none", "teacher": "lexicon"}, {"search": "subset"}, {"search": "subset", "teacher": "lexicon", "baseline": "mean"}):
+        with pytest.raises(ValueError, match="samples_per_state = 0 needs"):
+            RFTSettings(states="first_turn", samples_per_state=0, **bad)
+
+
 # --- the same loop through Tinker -----------------------------------------------------------------
 
 

@@ -44,7 +44,10 @@ class RFTSettings(ConfigModel):
     )
     rounds: int = Field(3, ge=1, description="Rounds of sample -> keep -> cross-entropy; a checkpoint after each (save_every).")
     states_per_round: int = Field(64, ge=1, description="States sampled each round, drawn in turn from the training states (an epoch is a permutation).")
-    samples_per_state: int = Field(8, ge=1, description="Answers sampled per state (k) from the current policy under the decoder.")
+    samples_per_state: int = Field(
+        8, ge=0, description="Answers sampled per state (k) from the current policy under the decoder. 0 (first turn, with search = \"subset\" "
+        "and a teacher): none; the search picks among the teacher's emoji alone, and its answer trains where it wins (baseline = \"none\")."
+    )
     temperature: float = Field(1.0, gt=0, description="Sender temperature of the k samples: diversity is what rejection sampling selects from.")
     keep: Literal["best", "wins"] = Field(
         "best", description='"best": the state\'s highest-reward answer (the first sampled on a tie); "wins": every distinct answer '
@@ -106,6 +109,9 @@ class RFTSettings(ConfigModel):
             raise ValueError('baseline = "repeat" needs states = "repair" (a first turn has no turn 1 to send again)')
         if self.search != "none" and self.states != "first_turn":
             raise ValueError('search needs states = "first_turn" (it rebuilds a first answer from the state\'s own samples)')
+        if self.samples_per_state == 0 and (self.search == "none" or not self.teacher or self.baseline == "mean"):
+            raise ValueError('samples_per_state = 0 needs search = "subset" and a teacher (whose emoji the search picks from) and a baseline '
+                             'other than "mean" (with no samples the mean is the searched answer\'s own reward)')
         if self.teacher and self.states != "repair" and self.search == "none":
             raise ValueError('teacher needs states = "repair", or search = "subset" on the first turn (there the SFT data already holds '
                              "the teacher's answers as they stand; the search only takes their emoji as proposals)")
@@ -187,6 +193,8 @@ def first_turn_candidates(policy, decoder, judge, reward, targets, game, samplin
     from emojikit.api.components import is_success
     from emojikit.play.game import play
 
+    if k == 0:
+        return [[] for _ in targets]
     one_turn = game.model_copy(update={"max_turns": 1})
     episodes = play(policy, decoder, judge, reward, targets, settings=one_turn, sampling=sampling, group_size=k)
     groups = []
@@ -361,7 +369,7 @@ def round_statistics(candidates: list[list[Candidate]], kept: list[Candidate]) -
     everything = [c for group in candidates for c in group if not c.searched]  # the policy's samples (and a teacher's answers)
     row = {
         "states": len(candidates), "samples": len(everything), "kept": len(kept),
-        "kept_share": len(kept) / max(len(everything), 1),
+        "kept_share": len(kept) / max(len(everything) or len(candidates), 1),  # of the samples; of the states when none was sampled
         "states_kept": len({c.state for c in kept}) / max(len(candidates), 1),
         "states_with_win": sum(any(c.success and not c.searched for c in group) for group in candidates) / max(len(candidates), 1),
         "sample_success_rate": statistics.fmean(c.success for c in everything) if everything else 0.0,

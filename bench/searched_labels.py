@@ -13,6 +13,7 @@ readers that did not search, each with the recipe's pool (training targets + dis
 
 from __future__ import annotations
 
+import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +37,7 @@ def first_turn_success(judge, reward, targets: list[str], answers: list) -> floa
 def run(args) -> dict:
     import torch
 
+    from emojikit.api import emojis
     from emojikit.api.components import Message, add_candidates
     from emojikit.api.format import format_of
     from emojikit.composition.assembly import build_component, context
@@ -69,11 +71,12 @@ def run(args) -> dict:
     rows = [{"reader": name, "searched_by_it": name == args.searcher, "teacher": round(first_turn_success(j, reward, texts, answers), 3),
              "searched": round(first_turn_success(j, reward, texts, searched), 3)} for name, j in judges.items()]
     changed = sum(a != s for a, s in zip(answers, searched))
+    length = lambda texts: round(statistics.fmean(len(emojis.split(t)) for t in texts if t), 2)
     return {
         "machine": machine(),
         "config": {"recipe": str(args.recipe), "start": args.start, "targets": len(texts), "pool": len(texts) + len(heldout) + distractors,
                    "teacher": args.teacher, "searcher": args.searcher, "seed": args.seed},
-        "rows": rows, "answers_changed": changed, "teacher_seconds": round(teacher_seconds, 2), "search_seconds": round(search_seconds, 2),
+        "rows": rows, "answers_changed": changed, "emoji_per_answer": {"teacher": length(answers), "searched": length(searched)}, "teacher_seconds": round(teacher_seconds, 2), "search_seconds": round(search_seconds, 2),
         "examples": [{"target": t, "teacher": a, "searched": s} for t, a, s in list(zip(texts, answers, searched))[: args.examples]],
     }
 
@@ -91,12 +94,12 @@ def main() -> None:
     result = run(args)
     if print_header(result, args.json):
         return
-    print(f"config: {result['config']}")
     print(f"{'reader':12s} {'teacher':>8s} {'searched':>9s}  (first-turn success)")
     for row in result["rows"]:
         print(f"{row['reader']:12s} {row['teacher']:8.3f} {row['searched']:9.3f}{'  <- searched by it' if row['searched_by_it'] else ''}")
     print(f"answers changed by the search: {result['answers_changed']} of {result['config']['targets']}; "
-          f"teacher {result['teacher_seconds']} s, search {result['search_seconds']} s")
+          f"teacher {result['teacher_seconds']} s, search {result['search_seconds']} s; emoji per answer: teacher "
+          f"{result['emoji_per_answer']['teacher']}, searched {result['emoji_per_answer']['searched']}")
     for ex in result["examples"]:
         print(f"  {ex['target'][:60]:60s} {ex['teacher']} -> {ex['searched']}")
 

@@ -40,7 +40,7 @@ def run(args) -> dict:
     from emojikit.api import emojis
     from emojikit.api.components import Message, add_candidates
     from emojikit.api.format import format_of
-    from emojikit.composition.assembly import build_component, context
+    from emojikit.composition.assembly import build_component
     from emojikit.composition.recipe import load_recipe
     from emojikit.play.targets import split_targets
     from emojikit.stages.runs import RunDir
@@ -53,13 +53,12 @@ def run(args) -> dict:
     recipe = load_recipe(args.recipe, [f"rft.target_pool={args.targets}", f"rft.start_from={args.start}", f"seed={args.seed}"])
     heldout, train = split_targets(recipe, recipe.settings["rft"], RunDir(work / "run"), sft_seen(args.start))
     texts = [m.text for m in train]
-    ctx = context(seed=args.seed, run_dir=work, recipe_path=recipe.path)
-    teacher = build_component("teacher", args.teacher, None, ctx, table="teacher")
+    teacher = recipe.build_named("teacher", args.teacher, work)
     reward, decoder = recipe.build("reward", work), recipe.build("decoder", work)
     distractors = recipe.data["judge"].get("distractors", 128)
     judges = {}
     for name in dict.fromkeys([args.searcher, *args.readers]):
-        judges[name] = build_component("judge", name, {"distractors": distractors}, ctx, table="judge")
+        judges[name] = build_component("judge", name, {"distractors": distractors}, recipe.context(work), table="judge")
         add_candidates(judges[name], [m.text for m in heldout] + texts)
     started = time.perf_counter()
     answers = teacher.answer([Message(t) for t in texts])

@@ -105,6 +105,13 @@ class Recipe:
         """Build the component of `table` through the assembly seam (factory + Protocol check)."""
         return self.components[table].build(self.context(run_dir))
 
+    def build_named(self, kind: str, name: str, run_dir: Optional[Path] = None) -> Any:
+        """Build a component the recipe names in a setting rather than a table (a teacher played as a
+        sender, or proposing to RFT's search), with its default settings, through the same seam."""
+        from emojikit.composition.assembly import build_component
+
+        return build_component(kind, name, None, self.context(run_dir), table=kind)
+
     def runner(self):
         return import_object(RECIPE_SHAPES[self.kind]["runner"])
 

@@ -136,10 +136,7 @@ class Unmasked:
 
 def teacher_sender(recipe, name: str, game_settings, out_dir: Path) -> TeacherSender:
     """The teacher NAME with its default settings, built through the one assembly seam."""
-    from emojikit.composition.assembly import build_component, context
-
-    ctx = context(seed=recipe.seed, run_dir=Path(out_dir), recipe_path=recipe.path)
-    return TeacherSender(build_component("teacher", name, None, ctx, table="teacher"), game_settings)
+    return TeacherSender(recipe.build_named("teacher", name, Path(out_dir)), game_settings)
 
 
 def game_metrics(episodes) -> dict:

@@ -183,7 +183,6 @@ class SenderAnswers:
 
 
 def answers_for(recipe, name: str, game, out_dir: Path):
-    from emojikit.composition.assembly import build_component, context
     from emojikit.play.teacher_sender import TEACHER_PREFIX, TeacherSender
 
     if name == OWN:
@@ -191,9 +190,7 @@ def answers_for(recipe, name: str, game, out_dir: Path):
     if name == REPEAT:
         return StateAnswers("turn1")
     if name.startswith(TEACHER_PREFIX):
-        teacher_name = name[len(TEACHER_PREFIX):]
-        ctx = context(seed=recipe.seed, run_dir=Path(out_dir), recipe_path=recipe.path)
-        teacher = build_component("teacher", teacher_name, None, ctx, table="teacher")
+        teacher = recipe.build_named("teacher", name[len(TEACHER_PREFIX):], Path(out_dir))
         if hasattr(teacher, "repair"):
             return RepairTeacherAnswers(teacher)
         return SenderAnswers(TeacherSender(teacher, game))

@@ -428,9 +428,7 @@ def run(recipe, run_dir) -> None:
     pool_size = len(states) if states is not None else len(train_targets)
     teacher_answers, proposer = None, None
     if s.teacher and s.states == "first_turn":  # its answers' emoji join the search's proposals
-        from emojikit.composition.assembly import build_component, context
-
-        proposer = build_component("teacher", s.teacher, None, context(seed=recipe.seed, run_dir=run_dir.path, recipe_path=recipe.path), table="teacher")
+        proposer = recipe.build_named("teacher", s.teacher, run_dir.path)
     elif s.teacher:
         from emojikit.evaluation.repair import answers_for
         from emojikit.play.teacher_sender import TEACHER_PREFIX

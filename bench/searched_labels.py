@@ -9,6 +9,7 @@ readers that did not search, each with the recipe's pool (training targets + dis
 
     python bench/searched_labels.py                       # 256 targets of recipes/rft-keywords.toml
     python bench/searched_labels.py --targets 512 --readers keywords retrieval lm-reader
+    python bench/searched_labels.py --min-emoji teacher   # the search keeps at least the teacher's number of emoji
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ def run(args) -> dict:
     answers = teacher.answer([Message(t) for t in texts])
     teacher_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    searched = subset_search(judges[args.searcher], texts, [[SimpleNamespace(text=a or "")] for a in answers], format_of(decoder))
+    floor = args.min_emoji == "teacher"  # as [rft] search_min_emoji: at least the teacher's length
+    searched = subset_search(judges[args.searcher], texts, [[] if floor else [SimpleNamespace(text=a or "")] for a in answers], format_of(decoder),
+                             answers if floor else None, floor_from_extra=floor)
     search_seconds = time.perf_counter() - started
     searched = [s or a for s, a in zip(searched, answers)]  # no search answer: the teacher's stands
     rows = [{"reader": name, "searched_by_it": name == args.searcher, "teacher": round(first_turn_success(j, reward, texts, answers), 3),
@@ -74,7 +77,7 @@ def run(args) -> dict:
     return {
         "machine": machine(),
         "config": {"recipe": str(args.recipe), "start": args.start, "targets": len(texts), "pool": len(texts) + len(heldout) + distractors,
-                   "teacher": args.teacher, "searcher": args.searcher, "seed": args.seed},
+                   "teacher": args.teacher, "searcher": args.searcher, "min_emoji": args.min_emoji, "seed": args.seed},
         "rows": rows, "answers_changed": changed, "emoji_per_answer": {"teacher": length(answers), "searched": length(searched)}, "teacher_seconds": round(teacher_seconds, 2), "search_seconds": round(search_seconds, 2),
         "examples": [{"target": t, "teacher": a, "searched": s} for t, a, s in list(zip(texts, answers, searched))[: args.examples]],
     }
@@ -88,6 +91,8 @@ def main() -> None:
     parser.add_argument("--teacher", default="lexicon")
     parser.add_argument("--searcher", default="keywords", help="the reader whose belief picks the emoji")
     parser.add_argument("--readers", nargs="+", default=["keywords", "retrieval"], help="readers the answers are played to (lm-reader: the third-reader extra)")
+    parser.add_argument("--min-emoji", choices=["format", "teacher"], default="format",
+                        help="the searched answer's floor, as [rft] search_min_emoji: the format's minimum, or the teacher's answer's length")
     parser.add_argument("--examples", type=int, default=8)
     args = parser.parse_args()
     result = run(args)

@@ -192,6 +192,13 @@ def test_subset_search_grows_the_answer_the_judge_believes_in_from_the_states_ow
     # A teacher's answer proposes more emoji: 🐶 now joins a's answer, and c has two to pick from.
     proposed = subset_search(judge, ["a", "b", "c", "zzz"], groups, EmojiFormat(2, 3), extra=["🐶🌂", None, "🍩", "🍕"])
     assert proposed == ["🍕🐶🎉", "☔🌂", "🐱🍩", None]
+    # With the teacher's length as the floor, the search keeps adding the reader's best emoji past
+    # the point where the belief stops rising, up to that length (within the proposals and the format).
+    floored = subset_search(judge, ["a", "b"], groups[:2], EmojiFormat(2, 4), extra=["🐶🌂🍩", "☔🌂🍩🌈"], floor_from_extra=True)
+    assert floored == ["🍕🐶🎉", "☔🌂🍩🌈"]  # a: the belief still rises to three; b: four though every emoji lowers it
+    longer = subset_search(judge, ["a"], groups[:1], EmojiFormat(2, 4), extra=["🐶🌂🍩🌈"], floor_from_extra=True)
+    assert longer == ["🍕🐶🎉🌧️"]  # four emoji: the least harmful of the rest (🌧️, -0.5) joins
+    assert subset_search(judge, ["a"], groups[:1], EmojiFormat(2, 3), extra=["🐶🌂🍩🌈"], floor_from_extra=True) == ["🍕🐶🎉"]  # max_emoji caps the floor
 
 
 def test_the_search_needs_a_judge_with_a_belief_in_the_target():
@@ -322,14 +329,15 @@ def test_the_teachers_emoji_join_the_first_turn_search(tmp_path, tiny_model, mon
     seen = []
     search = rft.subset_search
 
-    def recorded(judge, targets, groups, fmt, extra=None):
-        seen.append((targets, extra))
-        return search(judge, targets, groups, fmt, extra)
+    def recorded(judge, targets, groups, fmt, extra=None, floor_from_extra=False):
+        seen.append((targets, extra, floor_from_extra))
+        return search(judge, targets, groups, fmt, extra, floor_from_extra)
 
     monkeypatch.setattr(rft, "subset_search", recorded)
     run_one_round(tiny_model, out, source, 'rft.states="first_turn"', 'rft.search="subset"', 'rft.teacher="lexicon"', "rft.samples_per_state=2",
-                  "rft.min_reward=-10", "game.max_new_tokens=12")
-    ((targets, extra),) = seen
+                  'rft.search_min_emoji="teacher"', "rft.min_reward=-10", "game.max_new_tokens=12")
+    ((targets, extra, floor_from_extra),) = seen
+    assert floor_from_extra  # search_min_emoji = "teacher" reaches the search
     from emojikit.api.components import Message
     from emojikit.composition.assembly import build_component, context
 
@@ -337,6 +345,11 @@ def test_the_teachers_emoji_join_the_first_turn_search(tmp_path, tiny_model, mon
     assert extra == teacher.answer([Message(t) for t in targets]) and any(extra)  # the teacher's answers to the round's states, proposed
     (row,) = read_rows(out / "metrics.jsonl")
     assert row["search_answers"] + row["search_unproducible"] >= 1
+    if row["search_answers"]:
+        assert 2 <= row["search_emoji_mean"] <= 8
+    for bad in ({"search": "none", "teacher": None}, {"search": "subset", "teacher": None}):
+        with pytest.raises(ValueError, match='search_min_emoji = "teacher" needs'):
+            RFTSettings(states="first_turn", search_min_emoji="teacher", **bad)
 
 
 def test_the_search_alone_on_the_teachers_emoji_samples_nothing(tmp_path, tiny_model):

@@ -66,6 +66,11 @@ class RFTSettings(ConfigModel):
         "greedy forward selection (2..max_emoji of them, in the order chosen) by the judge's belief in the target (`TargetBelief`), "
         "the reader's own score, never its labels. The sender proposes the emoji, the reader picks the ones it reads; the keep rule decides."
     )
+    search_min_emoji: Literal["format", "teacher"] = Field(
+        "format", description='The fewest emoji a searched answer holds: "format" the decoder\'s min_emoji, after which the search stops '
+        'when no emoji raises the belief (in a big pool it stops early, and short answers train); "teacher": as many as the teacher\'s '
+        "answer to the state holds (needs a teacher), the search still picking which, and adding more while the belief rises."
+    )
     teacher: Optional[str] = Field(
         None, description='Repair states: a teacher whose turn-2 answer joins each state\'s k samples as one more candidate (expert iteration '
         'with an expert), e.g. "lexicon-repair" (emoji for the target\'s phrases the wrong guess misses) or "lexicon". The keep rule still '
@@ -112,6 +117,8 @@ class RFTSettings(ConfigModel):
         if self.samples_per_state == 0 and (self.search == "none" or not self.teacher or self.baseline == "mean"):
             raise ValueError('samples_per_state = 0 needs search = "subset" and a teacher (whose emoji the search picks from) and a baseline '
                              'other than "mean" (with no samples the mean is the searched answer\'s own reward)')
+        if self.search_min_emoji == "teacher" and (self.search == "none" or not self.teacher):
+            raise ValueError('search_min_emoji = "teacher" needs search = "subset" and a teacher (whose answer\'s length is the floor)')
         if self.teacher and self.states != "repair" and self.search == "none":
             raise ValueError('teacher needs states = "repair", or search = "subset" on the first turn (there the SFT data already holds '
                              "the teacher's answers as they stand; the search only takes their emoji as proposals)")
@@ -219,18 +226,23 @@ def repair_candidates(policy, decoder, judge, reward, states, game, sampling, k:
     return groups
 
 
-def subset_search(judge, targets: list[str], groups: list[list[Candidate]], fmt, extra: Optional[list[Optional[str]]] = None) -> list[Optional[str]]:
+def subset_search(judge, targets: list[str], groups: list[list[Candidate]], fmt, extra: Optional[list[Optional[str]]] = None,
+                  floor_from_extra: bool = False) -> list[Optional[str]]:
     """Per target, the answer its judge believes in most among those built from the emoji the
     state's samples used (and the emoji of `extra`, one more proposed answer per state, such as
     a teacher's): greedy forward selection, one emoji at a time (the one that raises
-    log p(target) most), at least fmt.min_emoji, stopping when no emoji raises it or at
-    fmt.max_emoji. None where the proposals hold fewer than min_emoji distinct emoji or the judge
-    has no belief in the target. Every state's step is one batched call to the judge."""
+    log p(target) most), at least fmt.min_emoji (with floor_from_extra, at least as many as
+    extra's answer holds, within the format and the proposals), stopping when no emoji raises it
+    or at fmt.max_emoji. None where the proposals hold fewer than min_emoji distinct emoji or the
+    judge has no belief in the target. Every state's step is one batched call to the judge."""
     from emojikit.api import emojis
     from emojikit.api.components import JudgeView, target_logprobs
 
     texts = [[c.text for c in group] + ([extra[i]] if extra and extra[i] else []) for i, group in enumerate(groups)]
     proposals = [list(dict.fromkeys(e for text in group for e in emojis.split(text))) for group in texts]
+    floors = [fmt.min_emoji] * len(targets)
+    if floor_from_extra and extra:
+        floors = [max(fmt.min_emoji, min(len(emojis.split(extra[i] or "")), fmt.max_emoji, len(p))) for i, p in enumerate(proposals)]
     chosen: list[list[str]] = [[] for _ in targets]
     best: list[tuple[float, Optional[str]]] = [(float("-inf"), None) for _ in targets]
     live = [i for i, p in enumerate(proposals) if len(p) >= fmt.min_emoji]
@@ -247,10 +259,10 @@ def subset_search(judge, targets: list[str], groups: list[list[Candidate]], fmt,
                 continue  # the judge cannot say, or nothing is left to add
             logprob, e = top[i]
             grown = len(chosen[i]) + 1
-            if grown > fmt.min_emoji and logprob <= best[i][0]:
+            if grown > floors[i] and logprob <= best[i][0]:
                 continue  # no emoji raises the belief: the best answer so far stands
             chosen[i].append(e)
-            if grown >= fmt.min_emoji:
+            if grown >= floors[i]:
                 best[i] = (logprob, "".join(chosen[i]))
             if grown < fmt.max_emoji:
                 still.append(i)
@@ -270,17 +282,19 @@ class _Replayed:
         return [[s] * n for s in self.samples]
 
 
-def searched_candidates(policy, decoder, judge, reward, targets, groups: list[list[Candidate]], game, sampling, extra: Optional[list[Optional[str]]] = None) -> tuple[list[Optional[Candidate]], int]:
-    """The search's answer per state (from its samples' emoji and those of `extra`) as a one-turn
-    episode of the game, in the policy's own tokens (None where there is none, or the policy could
-    not sample it under the decoder), and how many answers could not be sampled."""
+def searched_candidates(policy, decoder, judge, reward, targets, groups: list[list[Candidate]], game, sampling, extra: Optional[list[Optional[str]]] = None,
+                        floor_from_extra: bool = False) -> tuple[list[Optional[Candidate]], int]:
+    """The search's answer per state (from its samples' emoji and those of `extra`, at least as
+    long as extra's with floor_from_extra) as a one-turn episode of the game, in the policy's own
+    tokens (None where there is none, or the policy could not sample it under the decoder), and
+    how many answers could not be sampled."""
     from emojikit.api.components import is_success
     from emojikit.api.format import format_of
     from emojikit.play.game import play, sender_prompt
     from emojikit.training.guidance import answers_as_samples
 
     one_turn = game.model_copy(update={"max_turns": 1})
-    answers = subset_search(judge, [m.text for m in targets], groups, format_of(decoder), extra)
+    answers = subset_search(judge, [m.text for m in targets], groups, format_of(decoder), extra, floor_from_extra)
     found = [i for i, a in enumerate(answers) if a is not None]
     prompts = [sender_prompt(one_turn, targets[i].text, [], format_of(decoder)) for i in found]
     samples = answers_as_samples(policy, prompts, [answers[i] for i in found], sampling, decoder)  # sampling.max_tokens is the game's budget
@@ -366,6 +380,8 @@ def train_kept(policy, kept: list[Candidate], s: RFTSettings, seed: int, round_i
 
 
 def round_statistics(candidates: list[list[Candidate]], kept: list[Candidate]) -> dict:
+    from emojikit.api import emojis
+
     everything = [c for group in candidates for c in group if not c.searched]  # the policy's samples (and a teacher's answers)
     row = {
         "states": len(candidates), "samples": len(everything), "kept": len(kept),
@@ -381,6 +397,7 @@ def round_statistics(candidates: list[list[Candidate]], kept: list[Candidate]) -
         row["kept_searched_share"] = statistics.fmean(c.searched for c in kept)
         row["reward_mean_kept"] = statistics.fmean(c.reward for c in kept)
         row["similarity_mean_kept"] = statistics.fmean(c.similarity for c in kept)
+        row["emoji_mean_kept"] = statistics.fmean(len(emojis.split(c.text)) for c in kept)
     return row
 
 
@@ -390,6 +407,7 @@ def round_statistics(candidates: list[list[Candidate]], kept: list[Candidate]) -
 def run(recipe, run_dir) -> None:
     from tqdm import tqdm
 
+    from emojikit.api import emojis
     from emojikit.api.components import add_candidates
     from emojikit.api.policy import SamplingParams
     from emojikit.play.targets import split_targets
@@ -467,9 +485,11 @@ def run(recipe, run_dir) -> None:
                 targets = [m.text for m in round_targets]
                 if s.search != "none":
                     proposed = proposer.answer(round_targets) if proposer is not None else None
-                    searched, unproducible = searched_candidates(policy, decoder, judge, reward, round_targets, candidates, game, sampling, proposed)
+                    searched, unproducible = searched_candidates(policy, decoder, judge, reward, round_targets, candidates, game, sampling, proposed,
+                                                                   floor_from_extra=s.search_min_emoji == "teacher")
                     search_row = {"search_answers": sum(c is not None for c in searched), "search_wins": statistics.fmean(bool(c and c.success) for c in searched),
                                   "search_unproducible": unproducible,
+                                  "search_emoji_mean": statistics.fmean(len(emojis.split(c.text)) for c in searched if c) if any(searched) else 0.0,
                                   "search_reward_mean": statistics.fmean(c.reward for c in searched if c) if any(searched) else 0.0}
                     for group, candidate in zip(candidates, searched):
                         group.extend([candidate] if candidate is not None else [])

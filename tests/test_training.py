@@ -91,6 +91,13 @@ def test_sft_end_to_end_and_resume(tmp_path, tiny_model):
     assert [r["step"] for r in read_rows(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
     assert (out / "checkpoints/step_6").exists()
 
+    # The same steps with the loss over a constant of the data (every chat here has 2 emoji,
+    # so it differs from the batch mean only where the answers' token counts do).
+    other = tmp_path / "sft-dataset"
+    common[-1] = f"out={json.dumps(str(other))}"
+    run_cli("run", str(ROOT / "recipes/sft.toml"), "--set", "sft.steps=2", "--set", 'sft.loss_normalization="dataset"', *common)
+    assert [r["step"] for r in read_rows(other / "metrics.jsonl")] == [1, 2]
+
 
 # --- GRPO -----------------------------------------------------------------------------
 

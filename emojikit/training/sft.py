@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+import statistics
 import time
 from pathlib import Path
 from typing import Literal, Optional, Sequence
@@ -43,6 +44,11 @@ class SFTSettings(ConfigModel):
         0, ge=0, description="Cut padding: every N batches of the shuffled order are sorted by token length and cut again, so a batch "
         "pads to a length near its own examples' (0: random batches). Each example still comes once per epoch, within N batches of "
         "its random place."
+    )
+    loss_normalization: Literal["batch", "dataset"] = Field(
+        "batch", description='How a step\'s summed answer-token loss is scaled: "batch" divides by the batch\'s own answer tokens (a '
+        'batch of short answers weighs each token more); "dataset" by batch_size x the training set\'s mean answer tokens, so every '
+        "token weighs the same whichever batch it lands in (length-grouped batches vary most)."
     )
     eval_every: int = Field(50, ge=0, description="Test-set NLL every N steps (0: never).")
     eval_examples: int = Field(64, ge=1, description="Test chats whose NLL is measured every eval_every steps.")
@@ -145,6 +151,16 @@ def chat_datum(policy, messages: list[dict]):
     return Datum(model_input=tokens[:-1], target_tokens=tokens[1:], weights=weights)
 
 
+def per_dataset(datums, divisor: float) -> None:
+    """Scale the batch's answer-token weights so that the backend's mean over the batch's tokens
+    becomes their sum over `divisor` (a constant of the run): every token then weighs the same
+    in every step, as in a random batch on average."""
+    n_tokens = sum(1 for d in datums for w in d.weights if w)
+    scale = n_tokens / divisor
+    for d in datums:
+        d.weights = [w * scale for w in d.weights]
+
+
 def learning_rate(settings: SFTSettings, step: int, total: int) -> float:
     base = settings.learning_rate
     if step < settings.warmup_steps:
@@ -220,7 +236,11 @@ def run(recipe, run_dir) -> None:
     sample_chats = [chat[:-1] for chat in test[: s.sample_prompts]]
     sample_params = SamplingParams(max_tokens=s.max_new_tokens, temperature=s.report_temperature, seed=recipe.seed)
 
-    lengths = [len(chat_datum(policy, chat).model_input) for chat in tqdm(train, desc="lengths", unit="chat", leave=False)] if s.group_by_length else None
+    lengths, answer_tokens = None, None
+    if s.group_by_length or s.loss_normalization == "dataset":
+        measured = [chat_datum(policy, chat) for chat in tqdm(train, desc="lengths", unit="chat", leave=False)]
+        lengths = [len(d.model_input) for d in measured] if s.group_by_length else None
+        answer_tokens = statistics.fmean(sum(1 for w in d.weights if w) for d in measured)
 
     def batch_at(step: int) -> list[int]:
         if lengths is None:
@@ -234,6 +254,8 @@ def run(recipe, run_dir) -> None:
             t0 = time.time()
             batch = [train[i] for i in batch_at(step)]
             datums = [chat_datum(policy, chat) for chat in batch]
+            if s.loss_normalization == "dataset":
+                per_dataset(datums, s.batch_size * answer_tokens)
             lr = learning_rate(s, step, steps)
             out = policy.forward_backward(datums, "cross_entropy")
             optim = policy.optim_step(AdamParams(learning_rate=lr))

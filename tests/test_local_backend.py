@@ -534,7 +534,7 @@ def test_dataset_normalization_makes_the_sft_loss_a_sum_over_a_constant():
     """[sft] loss_normalization = "dataset": a batch's loss is its answer tokens' summed NLL over
     batch_size x the data's mean answer tokens, so a token weighs the same in a short batch as in
     a long one (the backend's own mean would weigh a short batch's tokens more)."""
-    from emojikit.training.grpo import loss_weights  # what sft.run calls for "dataset"
+    from emojikit.training.sft import per_dataset
 
     policy = tiny_policy()
     short, long = random_datums(2, seed=1), random_datums(5, seed=2)
@@ -542,7 +542,7 @@ def test_dataset_normalization_makes_the_sft_loss_a_sum_over_a_constant():
         nll = -sum(lp for d, lps in zip(batch, policy.compute_logprobs(batch)) for lp, w in zip(lps, d.weights) if w)
         n_tokens = sum(1 for d in batch for w in d.weights if w)
         assert policy.forward_backward(batch, "cross_entropy").loss == pytest.approx(nll / n_tokens, rel=1e-4)  # "batch"
-        loss_weights([[d] for d in batch], "constant", 40.0 / len(batch))  # a divisor of 40 answer tokens for the batch
+        per_dataset(batch, 40.0)
         assert policy.forward_backward(batch, "cross_entropy").loss == pytest.approx(nll / 40.0, rel=1e-4)
         policy.model.zero_grad(set_to_none=True)
 

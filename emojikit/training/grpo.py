@@ -291,7 +291,7 @@ def group_datums(groups: list[Group], g: GRPOSettings, budget: int, credit=None,
     return per_group, skipped
 
 
-def loss_weights(per_episode: list[list], normalization: str, episode_budget: float) -> None:
+def loss_weights(per_episode: list[list], normalization: str, episode_budget: int) -> None:
     """Set each sampled token's loss weight for `normalization`, relative to "token".
 
     A backend averages the weighted per-token loss over the batch's tokens (local) or sums it

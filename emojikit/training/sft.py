@@ -152,6 +152,16 @@ def chat_datum(policy, messages: list[dict]):
     return Datum(model_input=tokens[:-1], target_tokens=tokens[1:], weights=weights)
 
 
+def per_dataset(datums, divisor: float) -> None:
+    """Scale the batch's answer-token weights so that the backend's mean over the batch's tokens
+    becomes their sum over `divisor` (a constant of the run): every token then weighs the same
+    in every step, as in a random batch on average."""
+    n_tokens = sum(1 for d in datums for w in d.weights if w)
+    scale = n_tokens / divisor
+    for d in datums:
+        d.weights = [w * scale for w in d.weights]
+
+
 def learning_rate(settings: SFTSettings, step: int, total: int) -> float:
     base = settings.learning_rate
     if step < settings.warmup_steps:
@@ -212,7 +222,6 @@ def run(recipe, run_dir) -> None:
     from emojikit.evaluation.evaluate import format_report, write_report
     from emojikit.stages.interrupt import Interrupted, graceful_stop
     from emojikit.api.policy import AdamParams, SamplingParams
-    from emojikit.training.grpo import loss_weights
 
     s: SFTSettings = recipe.settings["sft"]
     train = load_chats(s.train_file, s.max_train_examples)
@@ -246,8 +255,8 @@ def run(recipe, run_dir) -> None:
             t0 = time.time()
             batch = [train[i] for i in batch_at(step)]
             datums = [chat_datum(policy, chat) for chat in batch]
-            if s.loss_normalization == "dataset":  # GRPO's "constant": each chat's tokens summed over the data's mean answer length
-                loss_weights([[d] for d in datums], "constant", answer_tokens)
+            if s.loss_normalization == "dataset":
+                per_dataset(datums, s.batch_size * answer_tokens)
             lr = learning_rate(s, step, steps)
             out = policy.forward_backward(datums, "cross_entropy")
             optim = policy.optim_step(AdamParams(learning_rate=lr))

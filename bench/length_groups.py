@@ -1,15 +1,16 @@
-"""Seconds per SFT step with random batches against length-grouped ones (`[sft] group_by_length`),
-on the bundled SmolLM2 with the main job's backend settings, alternated in one process.
+"""Seconds per SFT step with random batches, one chat a row (`[backend] pack_rows = false`) and
+packed several to a row (the default), against length-grouped ones (`[sft] group_by_length`), on
+the bundled SmolLM2 with the main job's backend settings, alternated in one process.
 
     python bench/length_groups.py                    # 64 steps each, groups of 16 batches (recipes/sft.toml's)
     python bench/length_groups.py --steps 8 --group 4 --limit 512   # smoke run
 
-Two fresh LoRAs (same seed) train on the same stretch of the SFT training file (`emojikit run
-recipes/data.toml` makes it): one takes its batches as `batch_indices` draws them, the other as
-`length_grouped_batch_indices` regroups the same examples (with --steps a multiple of --group,
-both see exactly the same examples). A step of each runs in turn, so machine noise falls on both
+Fresh LoRAs (same seed) train on the same stretch of the SFT training file (`emojikit run
+recipes/data.toml` makes it): one takes its batches as `batch_indices` draws them (the first two), the
+last as `length_grouped_batch_indices` regroups the same examples (with --steps a multiple of --group,
+both see exactly the same examples). A step of each runs in turn, so machine noise falls on all
 alike. Padded share: the pad tokens a batch adds after the prefix its rows share (the backend runs
-that prefix once), over all the tokens it runs.
+that prefix once), over all the tokens it runs (packed: over its packed rows).
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, parser as bench_parser, print_header  # noqa: E402
 
 
-def padded_share(datums) -> float:
+def padded_share(datums, packed: bool) -> float:
+    from emojikit_local.scoring import pack_rows
+
     rows = [d.model_input for d in datums]
     shared = 0
     while all(len(r) > shared + 1 and r[shared] == rows[0][shared] for r in rows):
         shared += 1
-    width = max(len(r) for r in rows) - shared
-    return 1 - sum(len(r) - shared for r in rows) / (len(rows) * width)
+    lengths = [len(r) - shared for r in rows]
+    width = max(lengths)
+    n_rows = len(pack_rows(lengths, [0] * len(rows), width)) if packed else len(rows)
+    return 1 - sum(lengths) / (n_rows * width)
 
 
 def run(args) -> dict:
@@ -47,11 +52,11 @@ def run(args) -> dict:
     if not args.train_file.exists():
         raise SystemExit(f"{args.train_file}: not found (make it with: emojikit run recipes/data.toml)")
     chats = load_chats(args.train_file, limit=args.limit)
-    config = LocalConfig(dtype="auto", lora_layers=args.lora_layers, micro_batch_size=args.batch)
-    policies = {}
-    for name in ("random batches", f"grouped by length ({args.group})"):
+    policies, packs = {}, {}
+    for name, pack in (("random, one a row", False), ("random, packed", True), (f"grouped by length ({args.group})", True)):
         model, tokenizer = load_model_and_tokenizer(SMOLLM2)  # float32 weights, as the plugin loads them
-        policies[name] = LocalPolicy(model, tokenizer, config, seed=args.seed)
+        config = LocalConfig(dtype="auto", lora_layers=args.lora_layers, micro_batch_size=args.batch, pack_rows=pack)
+        policies[name], packs[name] = LocalPolicy(model, tokenizer, config, seed=args.seed), pack
     any_policy = next(iter(policies.values()))
     started = time.perf_counter()
     lengths = [len(chat_datum(any_policy, chat).model_input) for chat in chats]
@@ -74,8 +79,8 @@ def run(args) -> dict:
             if step:
                 seconds[name].append(time.perf_counter() - t0)
                 losses[name].append(out.loss)
-                padding[name].append(padded_share(datums))
-    base = statistics.median(seconds["random batches"])
+                padding[name].append(padded_share(datums, packs[name]))
+    base = statistics.median(seconds["random, one a row"])
     rows = [{
         "batches": name,
         "seconds_per_step": round(statistics.median(values), 3),
@@ -86,7 +91,7 @@ def run(args) -> dict:
     } for name, values in seconds.items()]
     return {
         "machine": machine(),
-        "config": {"batch": args.batch, "steps": args.steps, "group": args.group, "lora_layers": args.lora_layers, "dtype": config.dtype,
+        "config": {"batch": args.batch, "steps": args.steps, "group": args.group, "lora_layers": args.lora_layers, "dtype": "auto",
                    "threads": torch.get_num_threads(), "chats": len(chats), "length_seconds": round(length_seconds, 1)},
         "rows": rows,
     }

@@ -192,6 +192,47 @@ def test_losses_match_a_hand_computation(loss, prompts):
         assert out.metrics["ratio_max_deviation"] > clip
 
 
+def test_pack_rows_fills_rows_longest_first_with_suffixes_of_one_prefix():
+    from emojikit_local.scoring import pack_rows
+
+    rows = pack_rows([5, 2, 3, 4, 1, 5], [0, 0, 0, 0, 0, 1], width=5)
+    assert sorted(i for row in rows for i in row) == list(range(6))
+    assert rows == [[0], [5], [3, 4], [2, 1]]  # 5 / 5 (another prefix) / 4+1 / 3+2
+    assert all(sum([5, 2, 3, 4, 1, 5][i] for i in row) <= 5 for row in rows)
+    assert pack_rows([3, 3, 3], [0, 1, 2], width=6) == [[0], [1], [2]]  # one prefix a row
+
+
+@pytest.mark.parametrize("prompts", ["grouped", "common"])
+@pytest.mark.parametrize("loss", ["ppo", "cross_entropy"])
+def test_packed_rows_give_the_logprobs_and_gradients_of_one_sequence_a_row(loss, prompts, monkeypatch):
+    """Suffixes side by side in one row see their own prefix and themselves only: logprobs,
+    loss and gradients are those of one sequence a row, to float32 rounding."""
+    import emojikit_local.scoring as scoring
+
+    packed, one_a_row = tiny_policy(micro_batch_size=5), tiny_policy(micro_batch_size=5, pack_rows=False)
+    for a, b in zip(packed.trainable, one_a_row.trainable):
+        torch.nn.init.normal_(a, std=0.05, generator=torch.Generator().manual_seed(a.numel()))
+        b.data.copy_(a.data)
+    datums = random_datums(n=8, prompts=prompts)
+    with torch.no_grad():
+        for d in datums:
+            d.logprobs = (hand_logprobs(packed.model, d, 1.0) + 0.2).tolist()
+    rows = []
+    real = scoring._packed_suffixes
+    monkeypatch.setattr(scoring, "_packed_suffixes", lambda model, decoder, cache, packing, *a: rows.append(packing) or real(model, decoder, cache, packing, *a))
+
+    got = packed.forward_backward(datums, loss)
+    assert rows and any(len(row) > 1 for packing in rows for row in packing)  # some rows hold several suffixes
+    n_packed = len(rows)
+    want = one_a_row.forward_backward(datums, loss)
+    assert len(rows) == n_packed  # pack_rows = false: one a row
+    assert got.loss == pytest.approx(want.loss, rel=1e-5, abs=1e-6)
+    for a, b in zip(trainable_grads(packed), trainable_grads(one_a_row)):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    for a, b in zip(packed.compute_logprobs(datums, weighted_only=True), one_a_row.compute_logprobs(datums, weighted_only=True)):
+        assert a == pytest.approx(b, abs=1e-5)
+
+
 def test_bfloat16_base_projections_train_the_same_float32_adapter(tmp_path):
     exact, lowered = tiny_policy(), tiny_policy(base_matmul_dtype="bfloat16")
     for a, b in zip(exact.trainable, lowered.trainable):

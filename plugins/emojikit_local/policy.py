@@ -272,7 +272,7 @@ class LocalPolicy:
                 with self.lower_layers.unit(self._unit_key(chunk, weighted_only), record=True):
                     logprobs_B_T = target_logprobs(
                         self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget, pad_id=self.pad_id, device=self.device,
-                        first_position=first_needed_position(chunk) if weighted_only else 0, share_prefix=weighted_only, weighted_only=weighted_only,
+                        first_position=first_needed_position(chunk) if weighted_only else 0, share_prefix=weighted_only, weighted_only=weighted_only, pack=self.config.pack_rows,
                     )
                 for row, i in enumerate(batch):
                     result[i] = logprobs_B_T[row, : len(datums[i].target_tokens)].tolist()
@@ -298,7 +298,7 @@ class LocalPolicy:
                 with self.lower_layers.unit(self._unit_key(chunk, True), record=False, training=self.model.training):
                     logprobs_B_T = target_logprobs(
                         self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget,
-                        pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk), share_prefix=True, weighted_only=True,
+                        pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk), share_prefix=True, weighted_only=True, pack=self.config.pack_rows,
                     )
                 weights_B_T = self._per_position(chunk, lambda d: d.weights, logprobs_B_T.shape)
                 on_B_T = weights_B_T != 0

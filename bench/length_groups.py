@@ -25,16 +25,15 @@ from common import machine, parser as bench_parser, print_header  # noqa: E402
 
 
 def padded_share(datums, packed: bool) -> float:
-    from emojikit_local.scoring import pack_rows
+    from emojikit_local.scoring import packing
 
     rows = [d.model_input for d in datums]
     shared = 0
     while all(len(r) > shared + 1 and r[shared] == rows[0][shared] for r in rows):
         shared += 1
     lengths = [len(r) - shared for r in rows]
-    width = max(lengths)
-    n_rows = len(pack_rows(lengths, [0] * len(rows), width)) if packed else len(rows)
-    return 1 - sum(lengths) / (n_rows * width)
+    packed_rows, width = packing(lengths, [0] * len(rows)) if packed else (rows, max(lengths))
+    return 1 - sum(lengths) / (len(packed_rows) * width)
 
 
 def run(args) -> dict:

@@ -202,6 +202,16 @@ def test_pack_rows_fills_rows_longest_first_with_suffixes_of_one_prefix():
     assert pack_rows([3, 3, 3], [0, 1, 2], width=6) == [[0], [1], [2]]  # one prefix a row
 
 
+def test_packing_widens_rows_past_the_longest_suffix_when_that_runs_fewer_positions():
+    from emojikit_local.scoring import packing
+
+    # at the longest suffix's width (10) every suffix needs a row: 4 x 10 = 40 positions;
+    # at 14 two rows hold all four: 2 x 14 = 28, the fewest positions of any width up to 20
+    rows, width = packing([10, 4, 4, 10], [0, 0, 0, 0])
+    assert (width, sorted(sorted(row) for row in rows)) == (14, [[0, 1], [2, 3]])
+    assert packing([6, 6], [0, 1]) == ([[0], [1]], 6)  # rows of different prefixes never share: the narrowest
+
+
 @pytest.mark.parametrize("prompts", ["grouped", "common"])
 @pytest.mark.parametrize("loss", ["ppo", "cross_entropy"])
 def test_packed_rows_give_the_logprobs_and_gradients_of_one_sequence_a_row(loss, prompts, monkeypatch):

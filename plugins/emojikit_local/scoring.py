@@ -164,9 +164,9 @@ def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *
     width_S = suffix_B_S.shape[1]
     # Suffix columns before `skip` are prompt in every row (a common-prefix split): no logits.
     skip = min(max(0, min(needed_from(d) - s for d, s in zip(datums, splits))), width_S - 1)
-    packed = pack_rows([len(x) for x in suffixes], row_to_unique, width_S) if pack and packable(model) else None
+    packed, width_W = packing([len(x) for x in suffixes], row_to_unique) if pack and packable(model) else (None, width_S)
     if packed is not None and len(packed) < len(datums):
-        hidden_B_S_D = _packed_suffixes(model, decoder, cache, packed, suffixes, splits, row_to_unique, prefix_attention_U_P, width_S, pad_id, device)
+        hidden_B_S_D = _packed_suffixes(model, decoder, cache, packed, suffixes, splits, row_to_unique, prefix_attention_U_P, width_W, width_S, pad_id, device)
     else:
         expand_B = torch.tensor(row_to_unique, device=device)
         cache.reorder_cache(expand_B)  # differentiable index_select: gradients sum back into the prefix
@@ -191,10 +191,19 @@ def packable(model) -> bool:
     return getattr(model.config, "_attn_implementation", None) == "sdpa"
 
 
+def packing(lengths: Sequence[int], prefixes: Sequence[int]) -> tuple[list[list[int]], int]:
+    """(rows, width): pack_rows at the row width, from the longest suffix to twice it, that runs the
+    fewest row positions (the ties: the narrowest, as attention grows with the width)."""
+    longest = max(lengths)
+    widths = range(longest, 2 * longest + 1)
+    rows = {width: pack_rows(lengths, prefixes, width) for width in widths}
+    width = min(widths, key=lambda w: len(rows[w]) * w)
+    return rows[width], width
+
+
 def pack_rows(lengths: Sequence[int], prefixes: Sequence[int], width: int) -> list[list[int]]:
     """Datum indices per row, first-fit decreasing: a row holds suffixes of one prefix (they read
-    the same prefix keys) whose lengths sum to at most `width`, the longest suffix. Rows of a
-    random SFT batch of 16 are ~35 % padding one suffix a row, ~15 % packed."""
+    the same prefix keys) whose lengths sum to at most `width`."""
     rows: list[list[int]] = []
     room: list[int] = []
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
@@ -208,7 +217,7 @@ def pack_rows(lengths: Sequence[int], prefixes: Sequence[int], width: int) -> li
     return rows
 
 
-def _packed_suffixes(model, decoder, cache, rows: list[list[int]], suffixes, splits: list[int], row_to_unique: list[int], prefix_attention_U_P, width: int, pad_id: int, device) -> torch.Tensor:
+def _packed_suffixes(model, decoder, cache, rows: list[list[int]], suffixes, splits: list[int], row_to_unique: list[int], prefix_attention_U_P, width: int, width_S: int, pad_id: int, device) -> torch.Tensor:
     """Float[B, S, D]: the suffixes' last hidden states, computed with several suffixes to a row
     (`rows`, from pack_rows). Each token sees its prefix's keys and the tokens of its own suffix
     up to itself, at its own positions, as in a row of its own; padding sees the prefix only.
@@ -217,7 +226,7 @@ def _packed_suffixes(model, decoder, cache, rows: list[list[int]], suffixes, spl
     tokens_R_W = torch.full((R, width), pad_id, dtype=torch.long)
     positions_R_W = torch.zeros((R, width), dtype=torch.long)
     segment_R_W = torch.full((R, width), -1, dtype=torch.long)
-    index_B_S = torch.zeros((len(suffixes), width), dtype=torch.long)
+    index_B_S = torch.zeros((len(suffixes), width_S), dtype=torch.long)
     for r, row in enumerate(rows):
         at = 0
         for b in row:

@@ -29,6 +29,7 @@ from emojikit.api.policy import acceptance_between, sample_totals
 from emojikit.play.targets import split_targets  # (held-out, training) targets of a run
 from emojikit.stages.runs import resolve_start  # the checkpoint a run starts from
 from emojikit.training.targets import sft_seen  # the messages the start's SFT trained on
+from emojikit.training.weights import loss_weights
 
 EPISODES_FILE = "episodes.jsonl"
 METRICS_FILE = "metrics.jsonl"
@@ -289,24 +290,6 @@ def group_datums(groups: list[Group], g: GRPOSettings, budget: int, credit=None,
     sampled_turns = 1 if g.states == "repair" else (g.max_turns or max_turns)  # a repair state samples turn 2 only
     loss_weights(per_episode, g.loss_normalization, sampled_turns * budget)
     return per_group, skipped
-
-
-def loss_weights(per_episode: list[list], normalization: str, episode_budget: int) -> None:
-    """Set each sampled token's loss weight for `normalization`, relative to "token".
-
-    A backend averages the weighted per-token loss over the batch's tokens (local) or sums it
-    (Tinker), so weights of 1 are "token". With N tokens in E episodes, an episode of T tokens
-    gets N / (E * T) for "sequence" (its mean, then the mean over episodes) and every token
-    N / (E * episode_budget) for "constant" (Dr. GRPO's sum over a fixed divisor); either way the
-    backend's own scale stays that of "token", so the learning rate means the same."""
-    if normalization == "token" or not per_episode:
-        return
-    counts = [sum(1 for d in datums for w in d.weights if w) for datums in per_episode]
-    n_tokens, n_episodes = sum(counts), len(per_episode)
-    for datums, count in zip(per_episode, counts):
-        weight = n_tokens / (n_episodes * (count if normalization == "sequence" else episode_budget))
-        for d in datums:
-            d.weights = [weight if w else 0.0 for w in d.weights]
 
 
 def fold_kl(policy, datums: list, *, temperature: float, decoder, kl_coef: float, center: bool = False) -> float:

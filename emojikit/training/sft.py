@@ -22,6 +22,7 @@ from pydantic import Field, field_validator
 from emojikit.api.config import ConfigModel
 from emojikit.api.errors import InputFileError
 from emojikit.support.io import read_jsonl_numbered
+from emojikit.training.weights import loss_weights
 
 MAKE_DATA = "emojikit run recipes/data.toml"
 DEFAULT_DATA_FILES = (Path("runs/data/sft_train.jsonl"), Path("runs/data/sft_test.jsonl"))  # what recipes/data.toml makes
@@ -152,16 +153,6 @@ def chat_datum(policy, messages: list[dict]):
     return Datum(model_input=tokens[:-1], target_tokens=tokens[1:], weights=weights)
 
 
-def per_dataset(datums, divisor: float) -> None:
-    """Scale the batch's answer-token weights so that the backend's mean over the batch's tokens
-    becomes their sum over `divisor` (a constant of the run): every token then weighs the same
-    in every step, as in a random batch on average."""
-    n_tokens = sum(1 for d in datums for w in d.weights if w)
-    scale = n_tokens / divisor
-    for d in datums:
-        d.weights = [w * scale for w in d.weights]
-
-
 def learning_rate(settings: SFTSettings, step: int, total: int) -> float:
     base = settings.learning_rate
     if step < settings.warmup_steps:
@@ -256,7 +247,8 @@ def run(recipe, run_dir) -> None:
             batch = [train[i] for i in batch_at(step)]
             datums = [chat_datum(policy, chat) for chat in batch]
             if s.loss_normalization == "dataset":
-                per_dataset(datums, s.batch_size * answer_tokens)
+                # every chat an episode: the summed answer-token loss over batch_size x the data's mean answer tokens
+                loss_weights([[d] for d in datums], "constant", answer_tokens)
             lr = learning_rate(s, step, steps)
             out = policy.forward_backward(datums, "cross_entropy")
             optim = policy.optim_step(AdamParams(learning_rate=lr))

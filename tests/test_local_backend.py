@@ -212,6 +212,20 @@ def test_packing_widens_rows_past_the_longest_suffix_when_that_runs_fewer_positi
     assert packing([6, 6], [0, 1]) == ([[0], [1]], 6)  # rows of different prefixes never share: the narrowest
 
 
+def test_rows_are_packed_only_under_sdpa_attention_and_within_a_sliding_window():
+    from types import SimpleNamespace
+
+    from emojikit_local.scoring import packable
+
+    def model(**config):
+        return SimpleNamespace(config=SimpleNamespace(**config))
+
+    assert packable(model(_attn_implementation="sdpa"), 64)
+    assert not packable(model(_attn_implementation="eager"), 64)  # adds its mask: a boolean one would be wrong
+    assert packable(model(_attn_implementation="sdpa", sliding_window=512), 64)
+    assert not packable(model(_attn_implementation="sdpa", sliding_window=32), 64)  # the mask would drop the window
+
+
 @pytest.mark.parametrize("prompts", ["grouped", "common"])
 @pytest.mark.parametrize("loss", ["ppo", "cross_entropy"])
 def test_packed_rows_give_the_logprobs_and_gradients_of_one_sequence_a_row(loss, prompts, monkeypatch):
@@ -585,7 +599,7 @@ def test_dataset_normalization_makes_the_sft_loss_a_sum_over_a_constant():
     """[sft] loss_normalization = "dataset": a batch's loss is its answer tokens' summed NLL over
     batch_size x the data's mean answer tokens, so a token weighs the same in a short batch as in
     a long one (the backend's own mean would weigh a short batch's tokens more)."""
-    from emojikit.training.sft import per_dataset
+    from emojikit.training.weights import loss_weights
 
     policy = tiny_policy()
     short, long = random_datums(2, seed=1), random_datums(5, seed=2)
@@ -593,7 +607,7 @@ def test_dataset_normalization_makes_the_sft_loss_a_sum_over_a_constant():
         nll = -sum(lp for d, lps in zip(batch, policy.compute_logprobs(batch)) for lp, w in zip(lps, d.weights) if w)
         n_tokens = sum(1 for d in batch for w in d.weights if w)
         assert policy.forward_backward(batch, "cross_entropy").loss == pytest.approx(nll / n_tokens, rel=1e-4)  # "batch"
-        per_dataset(batch, 40.0)
+        loss_weights([[d] for d in batch], "constant", 40.0 / len(batch))  # as the SFT loop calls it: a chat an episode
         assert policy.forward_backward(batch, "cross_entropy").loss == pytest.approx(nll / 40.0, rel=1e-4)
         policy.model.zero_grad(set_to_none=True)
 

@@ -164,7 +164,7 @@ def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *
     width_S = suffix_B_S.shape[1]
     # Suffix columns before `skip` are prompt in every row (a common-prefix split): no logits.
     skip = min(max(0, min(needed_from(d) - s for d, s in zip(datums, splits))), width_S - 1)
-    packed, width_W = packing([len(x) for x in suffixes], row_to_unique) if pack and packable(model) else (None, width_S)
+    packed, width_W = packing([len(x) for x in suffixes], row_to_unique) if pack and packable(model, prefix_U_P.shape[1] + 2 * width_S) else (None, width_S)
     if packed is not None and len(packed) < len(datums):
         hidden_B_S_D = _packed_suffixes(model, decoder, cache, packed, suffixes, splits, row_to_unique, prefix_attention_U_P, width_W, width_S, pad_id, device)
     else:
@@ -185,10 +185,12 @@ def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *
     return torch.stack(rows)
 
 
-def packable(model) -> bool:
-    """Whether suffixes may share a row: the attention takes a prepared boolean 4D mask (sdpa;
-    eager attention adds its mask, flash-attention ignores one)."""
-    return getattr(model.config, "_attn_implementation", None) == "sdpa"
+def packable(model, context: int) -> bool:
+    """Whether suffixes may share a row of up to `context` keys: the attention takes a prepared
+    boolean 4D mask (sdpa; eager attention adds its mask, flash-attention ignores one), and a
+    sliding window, which that mask would replace, is no shorter than the row."""
+    window = getattr(model.config, "sliding_window", None)
+    return getattr(model.config, "_attn_implementation", None) == "sdpa" and (not window or context <= window)
 
 
 def packing(lengths: Sequence[int], prefixes: Sequence[int]) -> tuple[list[list[int]], int]:

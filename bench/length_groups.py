@@ -8,7 +8,7 @@ the bundled SmolLM2 with the main job's backend settings, alternated in one proc
 Fresh LoRAs (same seed) train on the same stretch of the SFT training file (`emojikit run
 recipes/data.toml` makes it): one takes its batches as `batch_indices` draws them (the first two), the
 last as `length_grouped_batch_indices` regroups the same examples (with --steps a multiple of --group,
-both see exactly the same examples). A step of each runs in turn, so machine noise falls on all
+all see exactly the same examples). A step of each runs in turn, so machine noise falls on all
 alike. Padded share: the pad tokens a batch adds after the prefix its rows share (the backend runs
 that prefix once), over all the tokens it runs (packed: over its packed rows).
 """

@@ -253,7 +253,7 @@ def run(args) -> dict:
         shapes_ = peak_shapes(model.config)
         if not peaks_before:
             peaks_before = {"float32": matmul_peak(torch.float32, shapes_), "bfloat16": matmul_peak(torch.bfloat16, shapes_)}
-        config = LocalConfig(dtype=dtype, micro_batch_size=args.micro_batch_size, seed=args.seed, lora_layers=args.lora_layers)
+        config = LocalConfig(dtype=dtype, micro_batch_size=args.micro_batch_size, seed=args.seed, lora_layers=args.lora_layers, pack_rows=args.pack_rows)
         policy = LocalPolicy(model, tokenizer, config, seed=args.seed)
         rows = measure(policy, Shapes(model.config, config.lora_rank, config.lora_layers), args)
         results.append((dtype, rows))
@@ -274,7 +274,7 @@ def run(args) -> dict:
         table[-1]["extra"] = {k: round(v, 6) for k, v in rows["extra"].items()}
     return {
         "machine": machine(),
-        "config": {"threads": torch.get_num_threads(), "rounds": args.rounds, "sft_batch": args.batch, "prompts": args.prompts, "completions": args.completions, "new_tokens": args.new_tokens, "micro_batch_size": args.micro_batch_size, "lora_layers": args.lora_layers},
+        "config": {"threads": torch.get_num_threads(), "rounds": args.rounds, "sft_batch": args.batch, "prompts": args.prompts, "completions": args.completions, "new_tokens": args.new_tokens, "micro_batch_size": args.micro_batch_size, "lora_layers": args.lora_layers, "pack_rows": args.pack_rows},
         "peak_gflop_per_s": {d: round(v, 1) for d, v in peak.items()},
         "peaks_before": {d: {k: round(v, 1) for k, v in p.items()} for d, p in peaks_before.items()},
         "peaks_after": {d: {k: round(v, 1) for k, v in p.items()} for d, p in peaks_after.items()},
@@ -292,6 +292,7 @@ def main() -> None:
     parser.add_argument("--completions", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--micro-batch-size", type=int, default=16)
+    parser.add_argument("--pack-rows", action="store_true", help="the backend's pack_rows: several SFT chats (or samples of one prompt) side by side in a row")
     parser.add_argument("--lora-layers", type=int, help="the backend's lora_layers: LoRA in the last N decoder layers only (default: every layer)")
     parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"), help="SFT chats (emojikit run recipes/data.toml); the bench's own messages when missing")
     args = parser.parse_args()

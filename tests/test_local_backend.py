@@ -233,7 +233,7 @@ def test_packed_rows_give_the_logprobs_and_gradients_of_one_sequence_a_row(loss,
     loss and gradients are those of one sequence a row, to float32 rounding."""
     import emojikit_local.scoring as scoring
 
-    packed, one_a_row = tiny_policy(micro_batch_size=5), tiny_policy(micro_batch_size=5, pack_rows=False)
+    packed, one_a_row = tiny_policy(micro_batch_size=5, pack_rows=True), tiny_policy(micro_batch_size=5)
     for a, b in zip(packed.trainable, one_a_row.trainable):
         torch.nn.init.normal_(a, std=0.05, generator=torch.Generator().manual_seed(a.numel()))
         b.data.copy_(a.data)
@@ -428,11 +428,12 @@ def test_resuming_with_another_lora_b_lr_ratio_grouping_names_the_optimizer_file
         tiny_policy().load(saved)
 
 
+@pytest.mark.parametrize("pack", [False, True])
 @pytest.mark.parametrize("prompts", ["distinct", "grouped", "common"])
-def test_a_training_pass_after_the_reference_pass_reuses_the_layers_below_the_adapter(prompts):
+def test_a_training_pass_after_the_reference_pass_reuses_the_layers_below_the_adapter(prompts, pack):
     """With LoRA in the top layer of three, forward_backward takes the two lower layers' output
     from the reference pass on the same batch, and trains exactly as when it runs them."""
-    replaying, running = tiny_policy(layers=3, lora_layers=1, micro_batch_size=3), tiny_policy(layers=3, lora_layers=1, micro_batch_size=3)
+    replaying, running = (tiny_policy(layers=3, lora_layers=1, micro_batch_size=3, pack_rows=pack) for _ in range(2))
     assert replaying.lower_layers.depth == 2
     for a, b in zip(replaying.trainable, running.trainable):
         torch.nn.init.normal_(a, std=0.05, generator=torch.Generator().manual_seed(a.numel()))

@@ -41,6 +41,7 @@ from common import MESSAGES, machine, parser as bench_parser, peak_rss_mb, print
 SYSTEM = "Reply with 2-8 emoji only."  # emojikit.training.data.SYSTEM_PROMPT, the game's first turn
 ANSWERS = ["🎉💼😄", "🐱🪴💥😾", "🍕🎬🛋️", "📝😫🧠", "✈️🗾🍣🎌", "🌧️☔😩", "🎂🎁👧🎉", "🔑🌳😟🔍"]
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+PHASES = ("sft", "sampling", "reference", "training")
 
 
 def clock() -> float:
@@ -186,7 +187,7 @@ def measure(policy, shapes: Shapes, args) -> dict[str, dict]:
 
     sft = sft_datums(policy, args)
     prompts = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": MESSAGES[i % len(MESSAGES)]}] for i in range(args.prompts)]
-    times = {name: [] for name in ("sft", "sampling", "reference", "training")}
+    times = {name: [] for name in PHASES}
     flops: dict[str, list[float]] = {name: [] for name in times}
     extra: dict[str, list[float]] = {key: [] for key in ("sft_tokens_run", "sampled_tokens", "grpo_tokens_run", "sampler_gap_median", "sampler_gap_max", "ratio_max_deviation")}
     for round_ in range(args.rounds + 1):  # round 0 warms up
@@ -253,7 +254,8 @@ def run(args) -> dict:
         shapes_ = peak_shapes(model.config)
         if not peaks_before:
             peaks_before = {"float32": matmul_peak(torch.float32, shapes_), "bfloat16": matmul_peak(torch.bfloat16, shapes_)}
-        config = LocalConfig(dtype=dtype, micro_batch_size=args.micro_batch_size, seed=args.seed, lora_layers=args.lora_layers, pack_rows=args.pack_rows)
+        config = LocalConfig(dtype=dtype, micro_batch_size=args.micro_batch_size, seed=args.seed, lora_layers=args.lora_layers, pack_rows=args.pack_rows,
+                             prepack_weights=not args.no_prepack)
         policy = LocalPolicy(model, tokenizer, config, seed=args.seed)
         rows = measure(policy, Shapes(model.config, config.lora_rank, config.lora_layers), args)
         results.append((dtype, rows))
@@ -263,7 +265,7 @@ def run(args) -> dict:
     table = []
     clock_name = "cpu" if torch.get_num_threads() == 1 else "wall"
     for dtype, rows in results:
-        for phase in ("sft", "sampling", "reference", "training"):
+        for phase in PHASES:
             row = rows[phase]
             gflops = row["gflop"] / row["seconds"]
             table.append({
@@ -274,7 +276,7 @@ def run(args) -> dict:
         table[-1]["extra"] = {k: round(v, 6) for k, v in rows["extra"].items()}
     return {
         "machine": machine(),
-        "config": {"threads": torch.get_num_threads(), "rounds": args.rounds, "sft_batch": args.batch, "prompts": args.prompts, "completions": args.completions, "new_tokens": args.new_tokens, "micro_batch_size": args.micro_batch_size, "lora_layers": args.lora_layers, "pack_rows": args.pack_rows},
+        "config": {"threads": torch.get_num_threads(), "rounds": args.rounds, "sft_batch": args.batch, "prompts": args.prompts, "completions": args.completions, "new_tokens": args.new_tokens, "micro_batch_size": args.micro_batch_size, "lora_layers": args.lora_layers, "pack_rows": args.pack_rows, "prepack_weights": not args.no_prepack},
         "peak_gflop_per_s": {d: round(v, 1) for d, v in peak.items()},
         "peaks_before": {d: {k: round(v, 1) for k, v in p.items()} for d, p in peaks_before.items()},
         "peaks_after": {d: {k: round(v, 1) for k, v in p.items()} for d, p in peaks_after.items()},
@@ -293,6 +295,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--micro-batch-size", type=int, default=16)
     parser.add_argument("--pack-rows", action="store_true", help="the backend's pack_rows: several SFT chats (or samples of one prompt) side by side in a row")
+    parser.add_argument("--no-prepack", action="store_true", help="the backend's prepack_weights = false: bf16 products from plain weights (bench/prepack.py compares both in one run)")
     parser.add_argument("--lora-layers", type=int, help="the backend's lora_layers: LoRA in the last N decoder layers only (default: every layer)")
     parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"), help="SFT chats (emojikit run recipes/data.toml); the bench's own messages when missing")
     args = parser.parse_args()

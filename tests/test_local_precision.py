@@ -303,3 +303,25 @@ def test_the_fused_bfloat16_lora_product_matches_autograd_through_the_plain_ops(
         assert a.dtype == torch.float32
         # the input gradient sums its two products in one bf16 addmm: within bf16 rounding
         assert float((a - b).abs().max()) <= 0.01 * float(b.abs().max())
+
+
+@pytest.mark.parametrize("lora_layers", [None, 1])
+def test_prepacked_weights_give_the_plain_bfloat16_products_to_the_bit(lora_layers):
+    from emojikit_local.precision import PackedWeight, prepack_available
+
+    if not prepack_available(torch.device("cpu")):
+        pytest.skip("this torch build has no oneDNN (mkldnn): weights cannot be prepacked")
+    packed, plain = (tiny_policy(dtype="bfloat16", lora_layers=lora_layers, prepack_weights=flag, micro_batch_size=8) for flag in (True, False))
+    assert isinstance(packed.model.get_output_embeddings().forward.args[-1], PackedWeight)
+    assert plain.model.get_output_embeddings().forward.args[-1] is None
+    same_adapters(packed, plain)
+    datums = random_datums(prompts="common")
+    assert packed.compute_logprobs(datums) == plain.compute_logprobs(datums)
+    assert packed.compute_logprobs(datums, reference=True) == plain.compute_logprobs(datums, reference=True)
+    assert packed.forward_backward(datums, "cross_entropy").loss == plain.forward_backward(datums, "cross_entropy").loss
+    assert all(torch.equal(a, b) for a, b in zip(trainable_grads(packed), trainable_grads(plain)))
+    for policy in (packed, plain):
+        policy.optim_step(AdamParams(learning_rate=5e-2))  # the sampler's merged weights follow the step, packed again
+    params = SamplingParams(max_tokens=5, temperature=0.8, seed=4)
+    assert [[s.logprobs for s in g] for g in packed.sample(PROMPTS, 3, params)] == [[s.logprobs for s in g] for g in plain.sample(PROMPTS, 3, params)]
+    assert all(p is not None for p in packed.merged_sampling.packed) and not any(plain.merged_sampling.packed)

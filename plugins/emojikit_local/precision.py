@@ -116,7 +116,7 @@ def _lora_linear_forward(layer, base: torch.nn.Linear, packed: Optional[PackedWe
         return _LoraLinearBF16.apply(x, base.weight, base.bias, layer.lora_A[name].weight, layer.lora_B[name].weight, layer.scaling[name], packed)
     x_bf = x.to(BF16)
     if not names and packed is not None:
-        return _FrozenLinearBF16.apply(x, base.weight, base.bias, packed)
+        return _merged_forward(base.weight, base.bias, packed, x)
     out = F.linear(x_bf, base.weight, base.bias).float()
     for name in names:
         dropout = layer.lora_dropout[name]
@@ -128,7 +128,9 @@ def _lora_linear_forward(layer, base: torch.nn.Linear, packed: Optional[PackedWe
 
 def _merged_forward(weight_bf: torch.Tensor, bias: Optional[torch.Tensor], packed: Optional[PackedWeight], x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     if packed is not None:
-        return _FrozenLinearBF16.apply(x, weight_bf, bias, packed)
+        if x.requires_grad and torch.is_grad_enabled():
+            return _FrozenLinearBF16.apply(x, weight_bf, bias, packed)
+        return _product(x.to(BF16), weight_bf, bias, packed).float()  # no graph to record (sampling, layers below the adapter)
     return F.linear(x.to(BF16), weight_bf, bias).float()
 
 

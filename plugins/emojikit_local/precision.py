@@ -35,7 +35,7 @@ class PackedWeight:
     transpose) for the input gradient. Why: given a plain weight, oneDNN reorders it into that
     layout on every call, which costs most where the product is small (few rows, or AMX units
     that multiply faster than the reorder runs: oneDNN issue 2984). The products are the same
-    to the bit. CPU only; `prepack_available` says where."""
+    (bit-identical on AVX512-BF16). CPU only; `prepack_available` says where."""
 
     def __init__(self, weight_bf: torch.Tensor, backward: bool = True, rows_hint: int = 512):
         self.forward = torch.ops.mkldnn._reorder_linear_weight(weight_bf, rows_hint)

@@ -34,7 +34,7 @@ class PackedWeight:
     """A frozen bf16 weight laid out once in oneDNN's blocked format, for its product and (the
     transpose) for the input gradient. Why: given a plain weight, oneDNN reorders it into that
     layout on every call, which costs most where the product is small (few rows, or AMX units
-    that multiply faster than the reorder runs: oneDNN issue 2984). The products are the same
+    that multiply faster than the reorder runs: oneDNN #2984). The products are the same
     (bit-identical on AVX512-BF16). CPU only; `prepack_available` says where."""
 
     def __init__(self, weight_bf: torch.Tensor, backward: bool = True, rows_hint: int = 512):

@@ -285,19 +285,24 @@ def run(args) -> dict:
     }
 
 
-def main() -> None:
-    parser = bench_parser(__doc__, threads=1)
-    parser.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16"], help="the local backend's dtype setting(s) to measure (default: float32, and bfloat16 where the CPU has bf16 matmul units: emulated bf16 steps take minutes)")
-    parser.add_argument("--rounds", type=int, default=3)
+def workload_arguments(parser) -> None:
+    """The work `measure` times (the SFT batch, the GRPO prompts and samples) and the adapter's placement."""
     parser.add_argument("--batch", type=int, default=16, help="SFT chats per step")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--completions", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--micro-batch-size", type=int, default=16)
-    parser.add_argument("--pack-rows", action="store_true", help="the backend's pack_rows: several SFT chats (or samples of one prompt) side by side in a row")
-    parser.add_argument("--no-prepack", action="store_true", help="the backend's prepack_weights = false: bf16 products from plain weights (bench/prepack.py compares both in one run)")
     parser.add_argument("--lora-layers", type=int, help="the backend's lora_layers: LoRA in the last N decoder layers only (default: every layer)")
     parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"), help="SFT chats (emojikit run recipes/data.toml); the bench's own messages when missing")
+
+
+def main() -> None:
+    parser = bench_parser(__doc__, threads=1)
+    parser.add_argument("--dtypes", nargs="+", choices=["float32", "bfloat16"], help="the local backend's dtype setting(s) to measure (default: float32, and bfloat16 where the CPU has bf16 matmul units: emulated bf16 steps take minutes)")
+    parser.add_argument("--rounds", type=int, default=3)
+    workload_arguments(parser)
+    parser.add_argument("--pack-rows", action="store_true", help="the backend's pack_rows: several SFT chats (or samples of one prompt) side by side in a row")
+    parser.add_argument("--no-prepack", action="store_true", help="the backend's prepack_weights = false: bf16 products from plain weights (bench/prepack.py compares both in one run)")
     args = parser.parse_args()
     if args.dtypes is None:
         from emojikit_local.hardware import compute_dtype

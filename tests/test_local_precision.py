@@ -329,67 +329,6 @@ def test_prepacked_weights_give_the_plain_bfloat16_products(lora_layers):
         policy.optim_step(AdamParams(learning_rate=5e-2))  # the sampler's merged weights follow the step, packed again
     params = SamplingParams(max_tokens=5, temperature=0.8, seed=4)
     samples = [packed.sample(PROMPTS, 3, params), plain.sample(PROMPTS, 3, params)]
-    merged = packed.merged_sampling  # every merged weight packed: alone, or stacked with its siblings (siblings.py)
-    assert all((p is not None) != (id(layer) in merged.grouped) for layer, p in zip(merged.layers, merged.packed))
-    assert merged.groups and all(group.merged[1] is not None for group in merged.groups) and not any(plain.merged_sampling.packed)
+    assert all(p is not None for p in packed.merged_sampling.packed) and not any(plain.merged_sampling.packed)
     assert [[s.tokens for s in g] for g in samples[0]] == [[s.tokens for s in g] for g in samples[1]]
     assert close([s.logprobs for g in samples[0] for s in g], [s.logprobs for g in samples[1] for s in g])
-
-
-def test_stacked_sibling_products_match_autograd_through_the_separate_products():
-    from emojikit_local.precision import BF16
-    from emojikit_local.siblings import _SiblingsBF16
-
-    F = torch.nn.functional
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(3, 5, 32, generator=generator, requires_grad=True)
-    weights = [torch.randn(n, 32, generator=generator).to(BF16) for n in (48, 16, 16)]
-    lora = [t.requires_grad_() for n in (48, 16, 16) for t in (torch.randn(4, 32, generator=generator), torch.randn(n, 4, generator=generator))]
-    grads = [torch.randn(3, 5, n, generator=generator) for n in (48, 16)] + [torch.zeros(3, 5, 16)]  # the last output unused
-    outs = _SiblingsBF16.apply(x, torch.cat(weights), None, None, [48, 16, 16], [2.0, 0.5, 1.0], *lora)
-    torch.autograd.backward(outs, grads)
-    got = [o.detach() for o in outs] + [x.grad.clone()] + [t.grad.clone() for t in lora]
-    x.grad = None
-    for t in lora:
-        t.grad = None
-    x_bf = x.to(BF16)
-    plain = [F.linear(x_bf, w).float().add_(F.linear(F.linear(x_bf, a.to(BF16)), b.to(BF16)), alpha=s) for w, a, b, s in zip(weights, lora[0::2], lora[1::2], (2.0, 0.5, 1.0))]
-    torch.autograd.backward(plain, grads)
-    want = [p.detach() for p in plain] + [x.grad] + [t.grad for t in lora]
-    for a, b in zip(got, want):
-        assert a.dtype == torch.float32 and a.shape == b.shape
-        # the input gradient is one product over the stacked weights: within bf16 rounding of the three
-        assert float((a - b).abs().max()) <= 0.01 * float(b.abs().max()) + 1e-6
-
-
-@pytest.mark.parametrize("lora_layers", [None, 1])
-def test_sibling_projections_run_as_one_product_and_train_as_the_separate_ones(lora_layers):
-    stacked, separate = (tiny_policy(dtype="bfloat16", lora_layers=lora_layers, fuse_projections=flag, micro_batch_size=8) for flag in (True, False))
-    layers = stacked.model.get_base_model().model.layers
-    groups = [layer.self_attn.q_proj.forward.func.__self__ for layer in layers] + [layer.mlp.up_proj.forward.func.__self__ for layer in layers]
-    assert len({id(g) for g in groups}) == 2 * len(layers)  # one group for q/k/v and one for gate/up in every layer
-    for group in groups:  # one copy of the weights: each member's base weight is a view into the stack
-        assert {getattr(m, "get_base_layer", lambda m=m: m)().weight.untyped_storage().data_ptr() for m in group.members} == {group.weight_bf.untyped_storage().data_ptr()}
-    same_adapters(stacked, separate)
-    datums = random_datums(prompts="common")
-
-    def close(a, b, tolerance):
-        return max(abs(x - y) for u, v in zip(a, b) for x, y in zip(u, v)) < tolerance
-
-    assert close(stacked.compute_logprobs(datums), separate.compute_logprobs(datums), 0.05)
-    assert close(stacked.compute_logprobs(datums, reference=True), separate.compute_logprobs(datums, reference=True), 0.05)
-    assert all(group.source is None for group in groups)  # no activation held past its last sibling
-    losses = [p.forward_backward(datums, "cross_entropy").loss for p in (stacked, separate)]
-    assert losses[0] == pytest.approx(losses[1], rel=0.01)
-    grads = [torch.cat([g.flatten() for g in trainable_grads(p)]) for p in (stacked, separate)]
-    assert ((grads[0] - grads[1]).norm() / grads[1].norm()) < 0.02  # bf16 rounding in another order (the separate ones are as far from float32)
-    params = SamplingParams(max_tokens=5, temperature=0.8, seed=4)
-    before = stacked.sample(PROMPTS, 3, params)
-    for policy in (stacked, separate):
-        policy.optim_step(AdamParams(learning_rate=5e-2))
-    for mine, theirs in zip(stacked.trainable, separate.trainable):  # Adam's step magnifies rounding: the same adapter on both
-        mine.data.copy_(theirs.data)
-    samples = [p.sample(PROMPTS, 3, params) for p in (stacked, separate)]
-    assert [s.logprobs for g in before for s in g] != [s.logprobs for g in samples[0] for s in g]  # the stacked merge followed the step
-    assert stacked.merged_sampling.groups and all(g.merged is not None for g in stacked.merged_sampling.groups)
-    assert close([s.logprobs for g in samples[0] for s in g], [s.logprobs for g in samples[1] for s in g], 0.05)

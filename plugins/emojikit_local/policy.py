@@ -24,7 +24,6 @@ from emojikit_local.frozen_layers import LowerLayers
 from emojikit_local.hardware import compute_dtype
 from emojikit_local.losses import LOSSES, loss_sum
 from emojikit_local.precision import SamplerCorrection, bfloat16_compute, prepack_available, unadapted_projections
-from emojikit_local.siblings import group_siblings
 from emojikit_local.sampling import decode_batch
 from emojikit_local.scoring import first_needed_position, prefix_key, prefix_split, target_logprobs
 
@@ -133,8 +132,6 @@ class LocalPolicy:
             lower_base_projections(self.model, torch.bfloat16)
         prepack = config.prepack_weights and prepack_available(self.device)
         self.merged_sampling = bfloat16_compute(self.model, prepack=prepack) if self.dtype == "bfloat16" else None
-        if self.merged_sampling is not None and config.fuse_projections:
-            group_siblings(self.model, prepack, self.merged_sampling)
         # Below lora_layers: run once for a batch scored twice (the KL's reference pass, then training).
         self.lower_layers = LowerLayers(self.model)
         corrected = config.sampler_correction == "truncated_is" or (config.sampler_correction == "auto" and self.dtype == "bfloat16")

@@ -219,8 +219,6 @@ class MergedSampling:
         self.packed: list[Optional[PackedWeight]] = []
         self.generator = torch.Generator().manual_seed(seed)
         self.noise: dict[int, torch.Tensor] = {}  # layer index -> its dither, drawn at its first merge
-        self.groups: list = []  # siblings.SiblingGroup of these layers: each samples from its members' merged weights stacked
-        self.grouped: set[int] = set()  # id() of the layers in those groups
 
     def invalidate(self) -> None:
         self.weights = None
@@ -246,27 +244,15 @@ class MergedSampling:
         """Within: every LoRA-wrapped projection runs its merged bf16 weight (inference only)."""
         if self.weights is None:
             self.weights = self._merge()
-            index = {id(layer): i for i, layer in enumerate(self.layers)}
-            for group in self.groups:  # stacked; the members' merged weights become views into it
-                rows = [index[id(m)] for m in group.members]
-                stacked = torch.cat([self.weights[i] for i in rows])
-                group.sampling_weight(stacked, self.prepack)
-                for i, view in zip(rows, stacked.split(group.sizes)):
-                    self.weights[i] = view
-            self.packed = [PackedWeight(w, backward=False, rows_hint=16) if self.prepack and id(layer) not in self.grouped else None for layer, w in zip(self.layers, self.weights)]
+            self.packed = [PackedWeight(w, backward=False, rows_hint=16) if self.prepack else None for w in self.weights]
         saved = [layer.forward for layer in self.layers]
         for layer, weight, packed in zip(self.layers, self.weights, self.packed):
-            if id(layer) not in self.grouped:  # a grouped layer keeps its group's forward, which samples from the stacked weight
-                layer.forward = partial(_merged_forward, weight, layer.get_base_layer().bias, packed)
-        for group in self.groups:
-            group.sampling = True
+            layer.forward = partial(_merged_forward, weight, layer.get_base_layer().bias, packed)
         try:
             yield
         finally:
             for layer, forward in zip(self.layers, saved):
                 layer.forward = forward
-            for group in self.groups:
-                group.sampling = False
 
 
 class SamplerCorrection:

@@ -114,9 +114,9 @@ def _lora_linear_forward(layer, base: torch.nn.Linear, packed: Optional[PackedWe
     if len(names) == 1 and isinstance(layer.lora_dropout[names[0]], torch.nn.Identity):
         name = names[0]
         return _LoraLinearBF16.apply(x, base.weight, base.bias, layer.lora_A[name].weight, layer.lora_B[name].weight, layer.scaling[name], packed)
-    x_bf = x.to(BF16)
     if not names and packed is not None:
         return _merged_forward(base.weight, base.bias, packed, x)
+    x_bf = x.to(BF16)
     out = F.linear(x_bf, base.weight, base.bias).float()
     for name in names:
         dropout = layer.lora_dropout[name]

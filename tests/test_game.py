@@ -281,10 +281,36 @@ def test_retrieval_without_a_distractor_source_fails_in_preflight():
 
     # The context carries the registry: one without the text plugin has no `generated` source.
     empty = BuildContext(registry=Registry(load_entrypoints=False))
-    with pytest.raises(ConfigError, match="distractors: no pool_file"):
+    with pytest.raises(ConfigError, match="distractor_source: no `generated` prompt source is installed"):
         retrieval.preflight(RetrievalConfig(), empty)
     retrieval.preflight(RetrievalConfig(distractors=0), empty)
     retrieval.preflight(RetrievalConfig(), BuildContext())  # the default registry has it
+    with pytest.raises(ConfigError, match="no `nope` prompt source"):
+        retrieval.preflight(RetrievalConfig(distractor_source={"use": "nope"}), BuildContext())
+    with pytest.raises(ConfigError, match="needs `use"):
+        retrieval.preflight(RetrievalConfig(distractor_source={"split": "heldout"}), BuildContext())
+    # The source's own settings are checked before anything loads, under the judge's table name.
+    with pytest.raises(ConfigError, match=r"judge.distractor_source.*split"):
+        retrieval.preflight(RetrievalConfig(distractor_source={"use": "chitchat", "split": "tset"}), BuildContext())
+
+
+def test_distractors_from_another_prompt_source_with_its_settings():
+    """Messages people wrote as distractors: the chitchat source's held-out conversations, none of
+    which its training split (the RL targets' source) holds."""
+    from emojikit.api.components import BuildContext
+    from emojikit_retrieval.retrieval import draw_distractors
+    from emojikit_text.chitchat import ChitchatConfig, ChitchatSource, passing
+
+    cfg = RetrievalConfig(distractors=40, distractor_source={"use": "chitchat", "split": "heldout", "near_duplicate": None})
+    drawn = draw_distractors(cfg, BuildContext(seed=3))
+    assert len(drawn) == 40 and len(set(drawn)) == 40
+    assert drawn == draw_distractors(cfg, BuildContext(seed=3))  # seeded
+    assert drawn != draw_distractors(cfg, BuildContext(seed=4))
+    heldout = {m.text for m in ChitchatSource(ChitchatConfig(split="heldout", near_duplicate=None)).messages()}
+    train = {text for _, text in passing("train", ChitchatConfig().heldout_percent)}
+    assert set(drawn) <= heldout and not set(drawn) & train
+    generated = draw_distractors(RetrievalConfig(distractors=40), BuildContext(seed=3))
+    assert not set(generated) & set(drawn)
 
 
 # --- the reward -----------------------------------------------------------------------------

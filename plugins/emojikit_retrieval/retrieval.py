@@ -14,19 +14,19 @@ from __future__ import annotations
 import dataclasses
 import random
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from pydantic import Field
 
 from emojikit.api import emojis
-from emojikit.composition.assembly import build_component, context
+from emojikit.composition.assembly import build_component, choose, context, preflight as preflight_choice
 from emojikit.api.components import BuildContext, JudgeView
 from emojikit.api.config import ConfigModel, ExistingPath
 from emojikit.api.errors import ConfigError, InputFileError, PluginError
 from emojikit.support.io import read_jsonl
 
-DISTRACTOR_SOURCE = "generated"  # the offline prompt source of plugins/emojikit_text
+DISTRACTOR_SOURCE = "generated"  # the default: the offline prompt source of plugins/emojikit_text
 DISTRACTOR_SEED_OFFSET = 1_000_003  # distractors must not be the run's own targets
 
 
@@ -39,7 +39,12 @@ class RetrievalConfig(ConfigModel):
         256,
         ge=0,
         description="How many distractor messages join the pool (besides the game's targets): drawn, seeded, from pool_file "
-        f"when set, otherwise from the `{DISTRACTOR_SOURCE}` prompt source. 0 for none.",
+        "when set, otherwise from distractor_source. 0 for none.",
+    )
+    distractor_source: dict[str, Any] = Field(
+        default_factory=lambda: {"use": DISTRACTOR_SOURCE},
+        description="The prompt source distractors come from when pool_file is unset: a table with `use` and that source's "
+        'settings, e.g. {use = "chitchat", split = "heldout"} for messages people wrote in chats no training split holds.',
     )
     later_turn_weight: float = Field(
         1.5, gt=0, description="Turn t (from 0) weighs later_turn_weight**t in the query; above 1, corrections count more."
@@ -66,20 +71,26 @@ def read_pool_file(path: Path) -> list[str]:
     return texts
 
 
-def _generated_available(ctx: BuildContext) -> bool:
-    try:
-        context(ctx).registry.get("prompt_source", DISTRACTOR_SOURCE)
-    except PluginError:
-        return False
-    return True
+def _split_source(cfg: RetrievalConfig) -> tuple[str, dict[str, Any]]:
+    name = cfg.distractor_source.get("use")
+    if not isinstance(name, str) or not name:
+        raise ConfigError('distractor_source: needs `use = "<prompt source>"`')
+    return name, {k: v for k, v in cfg.distractor_source.items() if k != "use"}
 
 
 def preflight(cfg: RetrievalConfig, ctx: BuildContext) -> None:
-    if cfg.distractors > 0 and cfg.pool_file is None and not _generated_available(ctx):
+    if cfg.distractors == 0 or cfg.pool_file is not None:
+        return
+    name, settings = _split_source(cfg)
+    try:
+        context(ctx).registry.get("prompt_source", name)
+    except PluginError:
+        hint = " (plugin emojikit_text)" if name == DISTRACTOR_SOURCE else ""
         raise ConfigError(
-            f"distractors: no pool_file is set and no `{DISTRACTOR_SOURCE}` prompt source is installed "
-            "(plugin emojikit_text); set pool_file or distractors = 0"
-        )
+            f"distractor_source: no `{name}` prompt source is installed{hint}; set pool_file, another source or distractors = 0"
+        ) from None
+    # The source's own settings and preflight, before anything loads (as a mix checks its sources).
+    preflight_choice(choose("prompt_source", name, settings, context(ctx), table="judge.distractor_source"), context(ctx))
 
 
 def draw_distractors(cfg: RetrievalConfig, ctx: BuildContext) -> list[str]:
@@ -90,8 +101,9 @@ def draw_distractors(cfg: RetrievalConfig, ctx: BuildContext) -> list[str]:
         pool = list(dict.fromkeys(read_pool_file(cfg.pool_file)))
         return pool if len(pool) <= cfg.distractors else random.Random(seed).sample(pool, cfg.distractors)
     preflight(cfg, ctx)
+    name, settings = _split_source(cfg)
     # Through the assembly seam, from the registry the judge itself came from.
-    source = build_component("prompt_source", DISTRACTOR_SOURCE, {}, dataclasses.replace(context(ctx), seed=seed), table="judge: distractors")
+    source = build_component("prompt_source", name, settings, dataclasses.replace(context(ctx), seed=seed), table="judge.distractor_source")
     return [m.text for m in source.messages(cfg.distractors)]
 
 

@@ -281,14 +281,14 @@ def test_retrieval_without_a_distractor_source_fails_in_preflight():
 
     # The context carries the registry: one without the text plugin has no `generated` source.
     empty = BuildContext(registry=Registry(load_entrypoints=False))
-    with pytest.raises(ConfigError, match="distractor_source: no `generated` prompt source is installed"):
+    with pytest.raises(ConfigError, match=r"judge.distractor_source\] use: no prompt_source named 'generated'.*set pool_file"):
         retrieval.preflight(RetrievalConfig(), empty)
     retrieval.preflight(RetrievalConfig(distractors=0), empty)
     retrieval.preflight(RetrievalConfig(), BuildContext())  # the default registry has it
-    with pytest.raises(ConfigError, match="no `nope` prompt source"):
+    with pytest.raises(ConfigError, match="no prompt_source named 'nope'; installed: .*chitchat"):
         retrieval.preflight(RetrievalConfig(distractor_source={"use": "nope"}), BuildContext())
-    with pytest.raises(ConfigError, match="needs `use"):
-        retrieval.preflight(RetrievalConfig(distractor_source={"split": "heldout"}), BuildContext())
+    with pytest.raises(ValidationError, match="needs `use"):
+        RetrievalConfig(distractor_source={"split": "heldout"})
     # The source's own settings are checked before anything loads, under the judge's table name.
     with pytest.raises(ConfigError, match=r"judge.distractor_source.*split"):
         retrieval.preflight(RetrievalConfig(distractor_source={"use": "chitchat", "split": "tset"}), BuildContext())

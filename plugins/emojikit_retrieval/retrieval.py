@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from emojikit.api import emojis
-from emojikit.composition.assembly import build_component, choose, context, preflight as preflight_choice
+from emojikit.composition.assembly import ComponentChoice, choose, construct, context, preflight as preflight_choice
 from emojikit.api.components import BuildContext, JudgeView
 from emojikit.api.config import ConfigModel, ExistingPath
 from emojikit.api.errors import ConfigError, InputFileError, PluginError
@@ -46,6 +46,13 @@ class RetrievalConfig(ConfigModel):
         description="The prompt source distractors come from when pool_file is unset: a table with `use` and that source's "
         'settings, e.g. {use = "chitchat", split = "heldout"} for messages people wrote in chats no training split holds.',
     )
+
+    @field_validator("distractor_source")
+    @classmethod
+    def _names_a_source(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(value.get("use"), str) or not value["use"]:
+            raise ValueError('needs `use = "<prompt source>"`')
+        return value
     later_turn_weight: float = Field(
         1.5, gt=0, description="Turn t (from 0) weighs later_turn_weight**t in the query; above 1, corrections count more."
     )
@@ -71,26 +78,20 @@ def read_pool_file(path: Path) -> list[str]:
     return texts
 
 
-def _split_source(cfg: RetrievalConfig) -> tuple[str, dict[str, Any]]:
-    name = cfg.distractor_source.get("use")
-    if not isinstance(name, str) or not name:
-        raise ConfigError('distractor_source: needs `use = "<prompt source>"`')
-    return name, {k: v for k, v in cfg.distractor_source.items() if k != "use"}
+def _distractor_choice(cfg: RetrievalConfig, ctx: BuildContext) -> ComponentChoice:
+    """distractor_source looked up and its settings validated, under the judge's table name."""
+    name = cfg.distractor_source["use"]
+    settings = {k: v for k, v in cfg.distractor_source.items() if k != "use"}
+    try:
+        return choose("prompt_source", name, settings, ctx, table="judge.distractor_source")
+    except PluginError as exc:  # not installed: say what else the judge can take
+        raise ConfigError(f"{exc}; set pool_file, another distractor_source or distractors = 0") from None
 
 
 def preflight(cfg: RetrievalConfig, ctx: BuildContext) -> None:
-    if cfg.distractors == 0 or cfg.pool_file is not None:
-        return
-    name, settings = _split_source(cfg)
-    try:
-        context(ctx).registry.get("prompt_source", name)
-    except PluginError:
-        hint = " (plugin emojikit_text)" if name == DISTRACTOR_SOURCE else ""
-        raise ConfigError(
-            f"distractor_source: no `{name}` prompt source is installed{hint}; set pool_file, another source or distractors = 0"
-        ) from None
     # The source's own settings and preflight, before anything loads (as a mix checks its sources).
-    preflight_choice(choose("prompt_source", name, settings, context(ctx), table="judge.distractor_source"), context(ctx))
+    if cfg.distractors > 0 and cfg.pool_file is None:
+        preflight_choice(_distractor_choice(cfg, context(ctx)), context(ctx))
 
 
 def draw_distractors(cfg: RetrievalConfig, ctx: BuildContext) -> list[str]:
@@ -100,11 +101,11 @@ def draw_distractors(cfg: RetrievalConfig, ctx: BuildContext) -> list[str]:
     if cfg.pool_file is not None:
         pool = list(dict.fromkeys(read_pool_file(cfg.pool_file)))
         return pool if len(pool) <= cfg.distractors else random.Random(seed).sample(pool, cfg.distractors)
-    preflight(cfg, ctx)
-    name, settings = _split_source(cfg)
     # Through the assembly seam, from the registry the judge itself came from.
-    source = build_component("prompt_source", name, settings, dataclasses.replace(context(ctx), seed=seed), table="judge.distractor_source")
-    return [m.text for m in source.messages(cfg.distractors)]
+    seeded = dataclasses.replace(context(ctx), seed=seed)
+    choice = _distractor_choice(cfg, seeded)
+    preflight_choice(choice, seeded)
+    return [m.text for m in construct(choice, seeded).messages(cfg.distractors)]
 
 
 class RetrievalJudge:

@@ -262,6 +262,42 @@ def test_a_small_source_holds_out_its_share_of_rl_targets():
     assert shrunk_counts(DataSettings(rl_count=0), 500) == (500, 0)
 
 
+def test_score_answers_reads_each_teacher_answer_against_every_training_message(tmp_path):
+    """[data] score_answers: each training row gets the judge's log-belief in its own message
+    among all of them, from the answer alone; a fitting answer reads better than one for
+    another message."""
+    from emojikit.training.data import read_answers
+    from emojikit.composition.recipe import load_recipe
+
+    f = tmp_path / "mine.jsonl"
+    texts = ["My dog chased a ball in the park", "We baked a birthday cake for grandma", "The flight to Paris got cancelled",
+             "I failed my maths exam today", "It is raining and I forgot my umbrella", "The pizza at the new place is great"]
+    f.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    recipe = _data_recipe(tmp_path, f'use = "jsonl"\npath = "{f}"', "test_fraction = 0.0\nrl_count = 0\nscore_answers = true")
+    recipe.write_text(recipe.read_text(encoding="utf-8") + '\n[judge]\nuse = "retrieval"\ndistractors = 0\n', encoding="utf-8")
+    result = CliRunner().invoke(cli, ["run", str(recipe)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(l) for l in (tmp_path / "run" / "sft_train.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 6 and all(isinstance(r["reading"], float) and r["reading"] <= 0 for r in rows)
+    stats = json.loads((tmp_path / "run" / "data_stats.json").read_text(encoding="utf-8"))
+    assert stats["reading_median"] <= 0 and 0 <= stats["reading_named_share"] <= 1 and stats["reading_seconds"] >= 0
+
+    loaded = load_recipe(recipe)
+    run_dir = type("RunDir", (), {"path": tmp_path / "scratch"})()
+    fitting = [(Message("My dog chased a ball in the park", "x"), "🐶⚾🌳"), (Message("The pizza at the new place is great", "x"), "🍕👍")]
+    swapped = [(fitting[0][0], fitting[1][1]), (fitting[1][0], fitting[0][1])]
+    assert all(good > bad for good, bad in zip(read_answers(loaded, run_dir, fitting), read_answers(loaded, run_dir, swapped)))
+
+
+def test_score_answers_without_a_judge_is_a_clear_config_error(tmp_path):
+    recipe = _data_recipe(tmp_path, 'use = "generated"', "count = 10\nscore_answers = true")
+    result = CliRunner().invoke(cli, ["run", str(recipe)])
+    assert result.exit_code == 2, result.output
+    line = next(l for l in result.output.splitlines() if "score_answers" in l)
+    assert "[data] score_answers" in line and "[judge]" in line and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
 def test_filter_without_game_tables_is_a_clear_config_error(tmp_path):
     recipe = _data_recipe(tmp_path, 'use = "generated"', "count = 10\nfilter_threshold = 0.5")
     result = CliRunner().invoke(cli, ["run", str(recipe)])

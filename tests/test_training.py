@@ -57,6 +57,46 @@ def test_learning_rate_schedules(tmp_path):
     assert learning_rate(linear, 5, 10) == pytest.approx(0.5)
 
 
+def test_keep_best_read_trains_the_best_read_share_in_file_order(tmp_path):
+    from emojikit.api.errors import InputFileError
+    from emojikit.training.sft import best_read, load_chats
+
+    data = tmp_path / "read.jsonl"
+    write_chats(data, 6)
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    for row, reading in zip(rows, [-3.0, -0.1, -7.5, -0.2, -1.0, -9.0]):
+        row["reading"] = reading
+    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    chats = load_chats(data)
+    users = lambda kept: [c[1]["content"] for c in kept]
+    assert users(best_read(data, chats, 0.5)) == ["message number 1", "message number 3", "message number 4"]
+    assert users(best_read(data, chats, 0.1)) == ["message number 1"]  # at least one
+    assert best_read(data, chats, 1.0) is chats
+    assert users(best_read(data, chats[:4], 0.5)) == ["message number 1", "message number 3"]  # max_train_examples first
+
+    unread = tmp_path / "unread.jsonl"
+    write_chats(unread, 3)
+    with pytest.raises(InputFileError, match=r"unread.jsonl:1: no number in \"reading\"; \[sft\] keep_best_read needs"):
+        best_read(unread, load_chats(unread), 0.5)
+
+
+def test_keep_best_read_on_data_without_readings_is_one_line_before_any_run(tmp_path):
+    from click.testing import CliRunner
+
+    from emojikit.ui.cli import cli
+
+    data = tmp_path / "plain.jsonl"
+    write_chats(data, 4)
+    out = tmp_path / "never"
+    result = CliRunner().invoke(cli, ["run", str(ROOT / "recipes/sft.toml"), "--set", f"sft.train_file={json.dumps(str(data))}",
+                                      "--set", f"sft.test_file={json.dumps(str(data))}", "--set", "sft.keep_best_read=0.5",
+                                      "--set", f"out={json.dumps(str(out))}"])
+    assert result.exit_code == 2, result.output
+    line = next(l for l in result.output.splitlines() if "keep_best_read" in l)
+    assert f"[sft] keep_best_read: {data}:1 has no \"reading\"" in line and "score_answers = true" in line
+    assert "Traceback" not in result.output and not out.exists()
+
+
 def write_chats(path: Path, n: int) -> None:
     emoji = ["🍕🎉", "☔😞", "🐶🏃", "🎸🔥🎶", "✈️🗼", "🌞🏖️"]
     rows = [{"messages": [{"role": "system", "content": "Reply with 2-8 emoji."}, {"role": "user", "content": f"message number {i}"},

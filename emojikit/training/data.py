@@ -1,7 +1,9 @@
 """The `kind = "data"` pipeline: prompts -> teacher -> SFT chat files, plus RL target files.
 
 Outputs in the run directory (each written atomically):
-  sft_train.jsonl / sft_test.jsonl  {"messages": [system, user, assistant], "category": ...}
+  sft_train.jsonl / sft_test.jsonl  {"messages": [system, user, assistant], "category": ...};
+                                    with [data] score_answers, each training row also has
+                                    "reading": how well the [judge] reads its answer
   rl_prompts.jsonl / rl_heldout.jsonl  short messages {"text": ..., "category": ...}; the
                                     held-out targets never appear in any SFT file or in
                                     rl_prompts, and rl_prompts avoids the SFT test split
@@ -22,7 +24,7 @@ from typing import Mapping, Optional
 from pydantic import Field, model_validator
 
 from emojikit.api import emojis
-from emojikit.api.components import TEACHER_DROP_REASONS, Message
+from emojikit.api.components import TEACHER_DROP_REASONS, CandidatePool, JudgeView, Message, TargetBelief
 from emojikit.api.config import ConfigModel
 from emojikit.api.errors import ConfigError
 from emojikit.api.format import DEFAULT_FORMAT
@@ -32,6 +34,7 @@ SYSTEM_PROMPT = DEFAULT_FORMAT.system_prompt  # "Reply with 2-8 emoji only."
 FILTER_TABLES = ("judge", "reward", "backend")
 PROGRESS_FILE = "teacher_progress.jsonl"
 FILTER_BATCH = 64  # candidates per batched game in the communicability filter
+READ_BATCH = 512  # answers per judge call when scoring (a [batch, pool] score matrix each)
 
 
 class DataSettings(ConfigModel):
@@ -46,6 +49,12 @@ class DataSettings(ConfigModel):
         None, description="Keep an RL target only if sender -> judge -> similarity reaches this (None = no filter; needs [judge], [reward], [backend])."
     )
     filter_max_turns: int = Field(1, ge=1, description="Game turns the communicability filter plays per candidate.")
+    score_answers: bool = Field(
+        False, description="Score every SFT training pair by how well the [judge] reads the teacher's answer: its log-belief in the "
+        "pair's message among every training message, from the answer alone (one turn). Written into each training row as "
+        "`reading`; [sft] keep_best_read trains on the best-read share. Needs a [judge] that holds a pool and tells its belief "
+        "(retrieval, keywords, panel)."
+    )
 
     @model_validator(mode="after")
     def _threshold_range(self) -> "DataSettings":
@@ -54,8 +63,8 @@ class DataSettings(ConfigModel):
         return self
 
 
-def chat_row(system: str, message: Message, answer: str) -> dict:
-    return {
+def chat_row(system: str, message: Message, answer: str, reading: Optional[float] = None) -> dict:
+    row = {
         "messages": [
             {"role": "system", "content": system},
             {"role": "user", "content": message.text},
@@ -63,6 +72,9 @@ def chat_row(system: str, message: Message, answer: str) -> dict:
         ],
         "category": message.category,
     }
+    if reading is not None:
+        row["reading"] = round(reading, 4)
+    return row
 
 
 def check_filter(recipe, settings: DataSettings) -> None:
@@ -76,6 +88,11 @@ def check_filter(recipe, settings: DataSettings) -> None:
         )
 
 
+def check_reader(recipe, settings: DataSettings) -> None:
+    if settings.score_answers and not recipe.has("judge"):
+        raise ConfigError(f"{recipe.path}: [data] score_answers: the answers are read by the [judge]; add a [judge] table (e.g. use = \"panel\") or set score_answers = false")
+
+
 def preflight(recipe) -> None:
     """What run() would reject, checked before a run directory is made: the filter's tables,
     and a prompt source with no messages. A source smaller than [data] count (one that tells
@@ -83,6 +100,7 @@ def preflight(recipe) -> None:
     has, and this prints a one-line note saying so."""
     settings: DataSettings = recipe.settings["data"]
     check_filter(recipe, settings)
+    check_reader(recipe, settings)
     source = recipe.build("prompts")
     capacity = source_capacity(source)
     name = recipe.components["prompts"].spec.name
@@ -139,6 +157,38 @@ def communicable(recipe, run_dir, settings: DataSettings, candidates: list[Messa
     return kept[:want], {"rl_filter_tried": tried, "rl_filter_kept": len(kept), "rl_filter_threshold": settings.filter_threshold}
 
 
+def read_answers(recipe, run_dir, pairs: list[tuple[Message, str]]) -> list[float]:
+    """Each pair's reading: the [judge]'s log-belief in the pair's message, among every message
+    of `pairs` (and the judge's own distractors), from the teacher's answer alone. A teacher
+    answer that names its message unmistakably reads near 0; one the reader takes for other
+    messages reads far below."""
+    from tqdm import tqdm
+
+    judge = recipe.build("judge", run_dir.path)
+    name = recipe.components["judge"].spec.name
+    if not (isinstance(judge, CandidatePool) and isinstance(judge, TargetBelief)):
+        raise ConfigError(f"{recipe.path}: [data] score_answers: the {name} judge does not hold a pool and tell its belief; use retrieval, keywords or panel")
+    texts = [m.text for m, _ in pairs]
+    judge.add_candidates(texts)
+    readings: list[float] = []
+    with tqdm(total=len(pairs), desc="reading answers", unit="pair") as bar:
+        for start in range(0, len(pairs), READ_BATCH):
+            chunk = pairs[start : start + READ_BATCH]
+            beliefs = judge.target_logprobs([JudgeView(emoji_turns=[a]) for _, a in chunk], texts[start : start + READ_BATCH])
+            # Every message is in the pool, so a belief is missing only for a blank message: the worst reading.
+            readings.extend(b if b is not None else -1e9 for b in beliefs)
+            bar.update(len(chunk))
+    return readings
+
+
+def reading_stats(readings: list[float], seconds: float) -> dict:
+    ordered = sorted(readings)
+    middle = ordered[len(ordered) // 2] if ordered else None
+    return {"reading_median": round(middle, 4) if middle is not None else None,
+            "reading_named_share": round(sum(r > -0.693 for r in readings) / len(readings), 4) if readings else None,  # belief above 1/2
+            "reading_seconds": round(seconds, 1)}
+
+
 def _words(text: str) -> int:
     return len(text.split())
 
@@ -193,6 +243,7 @@ def run(recipe, run_dir) -> None:
 
     settings: DataSettings = recipe.settings["data"]
     check_filter(recipe, settings)
+    check_reader(recipe, settings)
     rng = random.Random(f"emojikit-data:{recipe.seed}")
     started = time.monotonic()
 
@@ -231,7 +282,10 @@ def run(recipe, run_dir) -> None:
     rng.shuffle(pairs)
     n_test = round(len(pairs) * settings.test_fraction)
     test, train = pairs[:n_test], pairs[n_test:]
-    atomic_write_jsonl(run_dir.file("sft_train.jsonl"), (chat_row(settings.system_prompt, m, a) for m, a in train))
+    read_started = time.monotonic()
+    readings = read_answers(recipe, run_dir, train) if settings.score_answers else [None] * len(train)
+    read_seconds = time.monotonic() - read_started
+    atomic_write_jsonl(run_dir.file("sft_train.jsonl"), (chat_row(settings.system_prompt, m, a, r) for (m, a), r in zip(train, readings)))
     atomic_write_jsonl(run_dir.file("sft_test.jsonl"), (chat_row(settings.system_prompt, m, a) for m, a in test))
 
     test_texts = {m.text for m, _ in test}
@@ -265,6 +319,7 @@ def run(recipe, run_dir) -> None:
         "test_distinct_emoji_per_100": round(distinct_per_100(test_answers), 1) if test else None,
         "test_mean_emoji": round(sum(emojis.count(a) for a in test_answers) / len(test_answers), 2) if test else None,
         **filter_stats,
+        **(reading_stats(readings, read_seconds) if settings.score_answers else {}),
         "seconds": round(time.monotonic() - started, 1),
     }
     atomic_write_text(run_dir.file("data_stats.json"), json.dumps(stats, indent=2) + "\n")

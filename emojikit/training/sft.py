@@ -35,6 +35,11 @@ class SFTSettings(ConfigModel):
     train_file: Path = Field(DEFAULT_DATA_FILES[0], description="Chat-format JSONL made by a data recipe.")
     test_file: Path = Field(DEFAULT_DATA_FILES[1], description="Held-out chat-format JSONL (eval NLL, final report).")
     max_train_examples: Optional[int] = Field(None, ge=1, description="Use only the first N training examples.")
+    keep_best_read: float = Field(
+        1.0, gt=0, le=1, description="Train on this share of the training chats: those whose teacher answer reads best (each row's "
+        "`reading`, written by a data recipe with [data] score_answers); 1: every chat. The main job sees about half its data once, "
+        "so it keeps the half its readers decode best (docs/experiments/learning-per-minute.md)."
+    )
     batch_size: int = Field(16, ge=1, description="Chats per optimizer step.")
     learning_rate: float = Field(3e-3, gt=0, description="Peak Adam learning rate of the LoRA weights.")
     lr_schedule: Literal["constant", "linear", "cosine"] = Field("cosine", description="After warmup: constant, or a linear or cosine decay to zero at the last step.")
@@ -115,6 +120,22 @@ def load_chats(path: Path, limit: Optional[int] = None) -> list[list[dict]]:
     return chats
 
 
+def best_read(path: Path, chats: list[list[dict]], share: float) -> list[list[dict]]:
+    """The `share` of `chats` (the first rows of `path`) whose rows read best, in the file's order."""
+    if share >= 1:
+        return chats
+    readings = []
+    for number, row in read_jsonl_numbered(path):
+        if len(readings) == len(chats):
+            break
+        reading = row.get("reading")
+        if not isinstance(reading, (int, float)) or isinstance(reading, bool):
+            raise InputFileError(f"{path}:{number}: no number in \"reading\"; [sft] keep_best_read needs a data run with [data] score_answers = true")
+        readings.append(float(reading))
+    kept = sorted(sorted(range(len(chats)), key=lambda i: -readings[i])[: max(1, math.ceil(share * len(chats)))])
+    return [chats[i] for i in kept]
+
+
 def preflight(recipe) -> None:
     """What run() would reject, checked before a run directory is made: training answers
     outside the recipe's emoji format (over [sft] max_invalid_answers fails, fewer warn) and a
@@ -127,6 +148,10 @@ def preflight(recipe) -> None:
     config = recipe.components["decoder"].config if recipe.has("decoder") else None
     lo, hi = getattr(config, "min_emoji", 2), getattr(config, "max_emoji", 8)
     rows = list(read_jsonl_numbered(s.train_file))[: s.max_train_examples]
+    if s.keep_best_read < 1:
+        unread = next((n for n, row in rows if not isinstance(row.get("reading"), (int, float)) or isinstance(row.get("reading"), bool)), None)
+        if unread is not None:
+            raise ConfigError(f"{recipe.path}: [sft] keep_best_read: {s.train_file}:{unread} has no \"reading\"; make the data with [data] score_answers = true, or set keep_best_read = 1")
     bad = [n for n, row in rows if not is_emoji_only(row["messages"][-1]["content"], lo, hi)]
     if bad:
         share = len(bad) / len(rows)
@@ -215,7 +240,7 @@ def run(recipe, run_dir) -> None:
     from emojikit.api.policy import AdamParams, SamplingParams
 
     s: SFTSettings = recipe.settings["sft"]
-    train = load_chats(s.train_file, s.max_train_examples)
+    train = best_read(s.train_file, load_chats(s.train_file, s.max_train_examples), s.keep_best_read)
     test = load_chats(s.test_file)
     steps = s.steps or s.epochs * math.ceil(len(train) / s.batch_size)
 

@@ -111,7 +111,7 @@ def test_sft_end_to_end_and_resume(tmp_path, tiny_model):
     out = tmp_path / "sft"
     # the recipe adapts the last 10 of SmolLM2's 30 layers; the tiny model has 2
     common = ["--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "backend.lora_layers=1", "--set", f"sft.train_file={json.dumps(str(train))}",
-              "--set", f"sft.test_file={json.dumps(str(test))}", "--set", "sft.batch_size=4", "--set", "sft.group_by_length=2", "--set", "sft.save_every=2",
+              "--set", f"sft.test_file={json.dumps(str(test))}", "--set", "sft.batch_size=4", "--set", "sft.group_by_length=2", "--set", "sft.save_every=2", "--set", "sft.keep_best_read=1",
               "--set", "sft.eval_every=2", "--set", "sft.sample_every=2", "--set", "sft.report_examples=4",
               "--set", "sft.max_new_tokens=6", "--set", f"out={json.dumps(str(out))}"]
     output = run_cli("run", str(ROOT / "recipes/sft.toml"), "--set", "sft.steps=4", *common)

@@ -16,6 +16,7 @@ Outputs in the run directory (each written atomically):
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from collections import Counter
@@ -182,10 +183,11 @@ def read_answers(recipe, run_dir, pairs: list[tuple[Message, str]]) -> list[floa
 
 
 def reading_stats(readings: list[float], seconds: float) -> dict:
+    """The median reading beside a reader that cannot read at all: -log(pool size), its belief in any message."""
     ordered = sorted(readings)
     middle = ordered[len(ordered) // 2] if ordered else None
     return {"reading_median": round(middle, 4) if middle is not None else None,
-            "reading_named_share": round(sum(r > -0.693 for r in readings) / len(readings), 4) if readings else None,  # belief above 1/2
+            "reading_uniform": round(-math.log(len(readings)), 4) if readings else None,
             "reading_seconds": round(seconds, 1)}
 
 

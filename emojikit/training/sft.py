@@ -120,6 +120,12 @@ def load_chats(path: Path, limit: Optional[int] = None) -> list[list[dict]]:
     return chats
 
 
+def row_reading(row: dict) -> Optional[float]:
+    """A data row's `reading` ([data] score_answers), None when it has no number there."""
+    reading = row.get("reading")
+    return float(reading) if isinstance(reading, (int, float)) and not isinstance(reading, bool) else None
+
+
 def best_read(path: Path, chats: list[list[dict]], share: float) -> list[list[dict]]:
     """The `share` of `chats` (the first rows of `path`) whose rows read best, in the file's order."""
     if share >= 1:
@@ -128,10 +134,10 @@ def best_read(path: Path, chats: list[list[dict]], share: float) -> list[list[di
     for number, row in read_jsonl_numbered(path):
         if len(readings) == len(chats):
             break
-        reading = row.get("reading")
-        if not isinstance(reading, (int, float)) or isinstance(reading, bool):
+        reading = row_reading(row)
+        if reading is None:
             raise InputFileError(f"{path}:{number}: no number in \"reading\"; [sft] keep_best_read needs a data run with [data] score_answers = true")
-        readings.append(float(reading))
+        readings.append(reading)
     kept = sorted(sorted(range(len(chats)), key=lambda i: -readings[i])[: max(1, math.ceil(share * len(chats)))])
     return [chats[i] for i in kept]
 
@@ -149,7 +155,7 @@ def preflight(recipe) -> None:
     lo, hi = getattr(config, "min_emoji", 2), getattr(config, "max_emoji", 8)
     rows = list(read_jsonl_numbered(s.train_file))[: s.max_train_examples]
     if s.keep_best_read < 1:
-        unread = next((n for n, row in rows if not isinstance(row.get("reading"), (int, float)) or isinstance(row.get("reading"), bool)), None)
+        unread = next((n for n, row in rows if row_reading(row) is None), None)
         if unread is not None:
             raise ConfigError(f"{recipe.path}: [sft] keep_best_read: {s.train_file}:{unread} has no \"reading\"; make the data with [data] score_answers = true, or set keep_best_read = 1")
     bad = [n for n, row in rows if not is_emoji_only(row["messages"][-1]["content"], lo, hi)]

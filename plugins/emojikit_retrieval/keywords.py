@@ -20,7 +20,7 @@ from pydantic import Field
 
 from emojikit.api import emojis
 from emojikit.api.components import BuildContext
-from emojikit_retrieval.retrieval import RetrievalConfig, RetrievalJudge, draw_distractors
+from emojikit_retrieval.retrieval import RetrievalConfig, RetrievalJudge, draw_distractors, encoder
 
 _IGNORED = re.compile("[\ufe0e\ufe0f\U0001F3FB-\U0001F3FF]")
 
@@ -68,4 +68,5 @@ class KeywordsJudge(RetrievalJudge):
 
 
 def build(cfg: KeywordsConfig, ctx: BuildContext) -> KeywordsJudge:
-    return KeywordsJudge(draw_distractors(cfg, ctx), later_turn_weight=cfg.later_turn_weight, max_keywords=cfg.max_keywords, belief_temperature=cfg.belief_temperature, repeat_guesses=cfg.repeat_guesses)
+    return KeywordsJudge(draw_distractors(cfg, ctx), later_turn_weight=cfg.later_turn_weight, max_keywords=cfg.max_keywords, minilm=encoder(cfg.encoder_dtype),
+                         belief_temperature=cfg.belief_temperature, repeat_guesses=cfg.repeat_guesses)

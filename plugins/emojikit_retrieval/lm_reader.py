@@ -33,7 +33,7 @@ from emojikit.api.components import BuildContext, JudgeView
 from emojikit.play.guesses import clean_guess
 from emojikit.support.bundled import GEMMA3_270M
 from emojikit_retrieval.local_lm import DEFAULT_PROMPT, DEFAULT_SYSTEM, LocalLMConfig, LocalLMJudge, load
-from emojikit_retrieval.retrieval import RetrievalConfig, RetrievalJudge, draw_distractors
+from emojikit_retrieval.retrieval import RetrievalConfig, RetrievalJudge, draw_distractors, encoder
 from emojikit_retrieval.retrieval import preflight as retrieval_preflight
 
 
@@ -133,4 +133,4 @@ def build(cfg: LMReaderConfig, ctx: BuildContext) -> LMReaderJudge:
     lm, tokenizer = load(cfg.model)
     lm.eval()
     return LMReaderJudge(LocalLMJudge(lm_cfg, lm, tokenizer), draw_distractors(cfg, ctx), read=cfg.read, later_turn_weight=cfg.later_turn_weight,
-                         belief_temperature=cfg.belief_temperature, repeat_guesses=cfg.repeat_guesses)
+                         minilm=encoder(cfg.encoder_dtype), belief_temperature=cfg.belief_temperature, repeat_guesses=cfg.repeat_guesses)

@@ -89,7 +89,7 @@ def not_a_pool_reader(name: str) -> str:
 def reader_settings(cfg: PanelConfig) -> dict:
     # The panel draws the distractors once; its readers hold exactly the panel's pool.
     return {"later_turn_weight": cfg.later_turn_weight, "belief_temperature": cfg.belief_temperature,
-            "repeat_guesses": cfg.repeat_guesses, "distractors": 0}
+            "repeat_guesses": cfg.repeat_guesses, "encoder_dtype": cfg.encoder_dtype, "distractors": 0}
 
 
 def preflight(cfg: PanelConfig, ctx: BuildContext) -> None:

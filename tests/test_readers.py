@@ -83,6 +83,9 @@ def test_a_panel_reads_in_bfloat16_when_asked_and_guesses_as_in_float32(monkeypa
     exact = build_component("judge", "panel", settings)
     fast = build_component("judge", "panel", {**settings, "encoder_dtype": "bfloat16"})
     assert {r.minilm.dtype for r in exact.readers} == {"float32"} and {r.minilm.dtype for r in fast.readers} == {"bfloat16"}
+    from emojikit.play.embedding import get_minilm
+
+    assert all(r.minilm is get_minilm() for r in exact.readers)  # the teacher's MiniLM, and its cache of messages
     for panel in (exact, fast):
         add_candidates(panel, POOL)
     views = [JudgeView(["🍕🍽️"]), JudgeView(["🌧️☂️"]), JudgeView(["🐕🎓"]), JudgeView(["🏖️🌊"])]

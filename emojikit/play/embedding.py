@@ -65,6 +65,12 @@ class MiniLM:
         return np.einsum("ij,ij->i", emb[: len(a)], emb[len(a) :])
 
 
-@functools.lru_cache(maxsize=4)
 def get_minilm(device: str = "cpu", dtype: str = "float32") -> MiniLM:
+    """The one MiniLM per device and precision (however the arguments are spelled, so the
+    teacher's cache serves the judges)."""
+    return _shared_minilm(device, dtype)
+
+
+@functools.lru_cache(maxsize=4)
+def _shared_minilm(device: str, dtype: str) -> MiniLM:
     return MiniLM(device=device, dtype=dtype)

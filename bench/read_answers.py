@@ -1,6 +1,7 @@
 """The data stage's readings (`[data] score_answers`) in MiniLM's float32 against bfloat16.
 
     python bench/read_answers.py --train runs/data/sft_train.jsonl        # every pair, as recipes/data.toml reads them
+    python bench/read_answers.py --configs float32/512 float32/2048 bfloat16/2048   # larger chunks of answers too
     python bench/read_answers.py --pairs 2000                              # smoke run
 
 Reads every pair's teacher answer with recipes/data.toml's `[judge]` (a `panel` of `retrieval` and
@@ -75,7 +76,7 @@ def main() -> None:
     p = bench_parser(__doc__, threads=0)
     p.add_argument("--train", default="runs/data/sft_train.jsonl")
     p.add_argument("--pairs", type=int, default=0, help="the first N pairs (0: all)")
-    p.add_argument("--configs", nargs="+", default=["float32/512", "float32/2048", "bfloat16/2048"],
+    p.add_argument("--configs", nargs="+", default=["float32/512", "bfloat16/512"],
                    help="encoder_dtype/READ_BATCH, the first the reference")
     p.add_argument("--keep", type=float, default=0.54)
     p.add_argument("--scratch", default="/tmp/emojikit-read-bench")

@@ -67,8 +67,9 @@ class RetrievalConfig(ConfigModel):
         "resent answer still moves the game; on: a repair must change the judge's reading, or it guesses the same message again)."
     )
     encoder_dtype: Literal["float32", "bfloat16", "auto"] = Field(
-        "float32", description='The precision MiniLM reads in: "auto" is bfloat16 on a CPU with bfloat16 matmul units (1.8x as '
-        "fast on an AMD EPYC with AVX512-BF16; the same first choices on 99.9 % of a pool's messages), float32 elsewhere."
+        "float32", description='The precision MiniLM reads in: "auto" is bfloat16 on a CPU with bfloat16 matmul units, float32 '
+        "elsewhere (the data stage's readings: 179 s against 242 s on an AMD EPYC with AVX512-BF16, the pairs ranked the same: "
+        "Spearman 0.99996)."
     )
 
 

@@ -32,7 +32,7 @@ class PanelConfig(RetrievalConfig):
     readers: list[str] = Field(
         ["keywords", "retrieval"], min_length=1,
         description="The judges that read each turn, by name: pool readers (`retrieval`, `keywords` or a plugin's judge built on "
-        "RetrievalJudge). Each is built with its own defaults and the panel's later_turn_weight, belief_temperature and repeat_guesses.",
+        "RetrievalJudge). Each is built with its own defaults and the panel's later_turn_weight, belief_temperature, repeat_guesses and encoder_dtype.",
     )
     combine: Literal["mean", "min"] = Field(
         "mean", description='How the readers\' cosines for a candidate combine: "mean" (consensus) or "min" (the least convinced reader).'

@@ -500,6 +500,38 @@ def test_from_a_checkpoint_lora_layers_trains_the_last_layers_and_runs_the_ones_
     assert not replaying.lower_layers.enabled
 
 
+def test_a_batch_trained_again_skips_the_layers_below_the_adapter_and_trains_the_same(tmp_path):
+    """keep_lower_layers_mb: a training pass keeps the lower layers' output of its batches; the
+    same batches trained again (after optimizer steps) replay it and get the gradients of a
+    policy that runs every layer. A full store keeps no more; a load forgets what was kept."""
+    keeping, running = tiny_policy(layers=3, lora_layers=1, micro_batch_size=3, keep_lower_layers_mb=1), tiny_policy(layers=3, lora_layers=1, micro_batch_size=3)
+    for a, b in zip(keeping.trainable, running.trainable):
+        torch.nn.init.normal_(a, std=0.05, generator=torch.Generator().manual_seed(a.numel()))
+        b.data.copy_(a.data)
+    batches = [random_datums(prompts="common", seed=seed) for seed in (0, 1)]
+    micro_batches = sum(len(list(keeping._micro_batches(b))) for b in batches)
+    for repeat in range(2):
+        for datums in batches:
+            for policy in (keeping, running):
+                policy.forward_backward(datums, "cross_entropy")
+            for got, expected in zip(trainable_grads(keeping), trainable_grads(running)):
+                assert torch.equal(got, expected)
+            for policy in (keeping, running):
+                policy.optim_step(AdamParams(learning_rate=1e-2))
+        assert keeping.lower_layers.hits == repeat * micro_batches and running.lower_layers.hits == 0
+    assert len(keeping.lower_layers.kept) == micro_batches and not running.lower_layers.kept
+    keeping.compute_logprobs(batches[0], weighted_only=True)  # a scoring pass clears its own entries only
+    assert len(keeping.lower_layers.kept) == micro_batches
+
+    full = tiny_policy(layers=3, lora_layers=1, micro_batch_size=3, keep_lower_layers_mb=1)
+    full.lower_layers.keep_bytes = full.lower_layers.kept_bytes = 1
+    full.forward_backward(batches[0], "cross_entropy")
+    assert not full.lower_layers.kept
+
+    keeping.load(keeping.save(str(tmp_path / "ckpt")))
+    assert not keeping.lower_layers.kept
+
+
 def test_every_layer_adapted_keeps_no_lower_layers():
     policy = tiny_policy()
     datums = random_datums(3)

@@ -9,7 +9,7 @@ import pytest
 from emojikit.api.components import Episode, EpisodeTurn
 from emojikit.training.grpo import episode_datums, group_advantages
 from emojikit.api.policy import Sample
-from emojikit.training.sft import batch_indices, learning_rate, length_grouped_batch_indices, SFTSettings
+from emojikit.training.sft import batch_indices, learning_rate, length_grouped_batch_indices, repeated_step, SFTSettings
 from cli_helpers import read_rows, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +44,15 @@ def test_length_grouped_batches_keep_the_epoch_and_pad_less():
 
     assert padding(grouped) < padding(plain) / 2
     assert grouped != [length_grouped_batch_indices(lengths, 4, step, seed=2, group_batches=4) for step in range(16)]
+
+
+def test_repeated_batches_are_the_first_pass_in_a_new_order_each_pass():
+    passes = [[repeated_step(step, 5, seed=3) for step in range(5 * k, 5 * k + 5)] for k in range(4)]
+    assert passes[0] == list(range(5))
+    assert all(sorted(p) == list(range(5)) for p in passes)  # each later pass: every first-pass batch once
+    assert len({tuple(p) for p in passes[1:]}) > 1  # a new order each pass
+    assert passes == [[repeated_step(step, 5, seed=3) for step in range(5 * k, 5 * k + 5)] for k in range(4)]
+    assert passes[1:] != [[repeated_step(step, 5, seed=4) for step in range(5 * k, 5 * k + 5)] for k in range(1, 4)]
 
 
 def test_learning_rate_schedules(tmp_path):

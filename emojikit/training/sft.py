@@ -51,6 +51,11 @@ class SFTSettings(ConfigModel):
         "pads to a length near its own examples' (0: random batches). Each example still comes once per epoch, within N batches of "
         "its random place."
     )
+    repeat_batches: bool = Field(
+        False, description="Every pass after the first trains the first pass's batches again (the same chats together) in a new seeded "
+        "order, instead of new batches. A backend that keeps what its frozen layers computed for a batch (the local backend's "
+        "keep_lower_layers_mb with lora_layers) skips those layers on every later pass."
+    )
     loss_normalization: Literal["batch", "dataset"] = Field(
         "batch", description='How a step\'s summed answer-token loss is scaled: "batch" divides by the batch\'s own answer tokens (a '
         'batch of short answers weighs each token more); "dataset" by batch_size x the training set\'s mean answer tokens, so every '
@@ -231,6 +236,17 @@ def length_grouped_batch_indices(lengths: Sequence[int], batch_size: int, step: 
     return batches[position]
 
 
+def repeated_step(step: int, steps_per_pass: int, seed: int) -> int:
+    """The first pass's step whose batch comes again at `step`: each later pass is a seeded
+    permutation of the first pass's steps (a pure function, so a resumed run sees the same)."""
+    repeat, position = divmod(step, steps_per_pass)
+    if repeat == 0:
+        return step
+    order = list(range(steps_per_pass))
+    random.Random(f"{seed}:repeat:{repeat}").shuffle(order)
+    return order[position]
+
+
 def test_nll(policy, datums) -> float:
     logprobs = policy.compute_logprobs(datums)
     total = sum(-lp * w for d, lps in zip(datums, logprobs) for lp, w in zip(lps, d.weights))
@@ -266,6 +282,8 @@ def run(recipe, run_dir) -> None:
         answer_tokens = statistics.fmean(sum(1 for w in d.weights if w) for d in measured)
 
     def batch_at(step: int) -> list[int]:
+        if s.repeat_batches:
+            step = repeated_step(step, math.ceil(len(train) / s.batch_size), recipe.seed)
         if lengths is None:
             return batch_indices(len(train), s.batch_size, step, recipe.seed)
         return length_grouped_batch_indices(lengths, s.batch_size, step, recipe.seed, s.group_by_length)

@@ -14,6 +14,11 @@ the last lower layer's output of each is kept) or replayed (the lower layers pas
 state through untouched, add placeholder keys and values of the right length to a KV cache so
 that its length stays right for the layers above, and the last one returns the kept output).
 The lower layers' own cache entries are never read: their attention is replayed too.
+
+A training pass can also keep its lower outputs (`keep_mb`, the local backend's
+`keep_lower_layers_mb`): SFT with `repeat_batches` trains the first pass's batches again on every
+later pass, and a kept batch skips the lower layers there. Kept entries stay until `forget()`
+(new weights below, e.g. a loaded checkpoint); `clear()` drops the scoring passes' entries only.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ MAX_BYTES = 1 << 30  # a batch whose lower outputs exceed this is not kept (it r
 
 
 class LowerLayers:
-    def __init__(self, model, max_bytes: int = MAX_BYTES):
+    def __init__(self, model, max_bytes: int = MAX_BYTES, keep_bytes: int = 0):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
         layers = getattr(decoder, "layers", None)
@@ -39,8 +44,11 @@ class LowerLayers:
             self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.max_bytes = max_bytes
         self.enabled = self.depth > 0  # False: every pass runs every layer (bench/lower_layers.py's peer)
-        self.entries: dict[Hashable, list[torch.Tensor]] = {}
+        self.entries: dict[Hashable, list[torch.Tensor]] = {}  # a scoring pass's batches, for the training pass that follows
         self.bytes = 0
+        self.kept: dict[Hashable, list[torch.Tensor]] = {}  # training passes' batches, for a later pass over the same batches
+        self.kept_bytes = 0
+        self.keep_bytes = keep_bytes
         self.hits = 0  # micro-batches replayed (a test's and a bench's check)
         self._mode: Optional[str] = None  # "record" or "replay" inside a unit
         self._outputs: list[torch.Tensor] = []
@@ -52,24 +60,36 @@ class LowerLayers:
             layer.forward = self._wrap(layer.forward, index)
 
     def clear(self) -> None:
+        """Drops the scoring passes' entries (kept training batches stay)."""
         self.entries.clear()
         self.bytes = 0
 
+    def forget(self) -> None:
+        """Drops every entry: the layers below changed."""
+        self.clear()
+        self.kept.clear()
+        self.kept_bytes = 0
+
     @contextmanager
-    def unit(self, key: Hashable, *, record: bool, training: bool = False) -> Iterator[None]:
+    def unit(self, key: Hashable, *, record: bool, training: bool = False, keep: bool = False) -> Iterator[None]:
         """One micro-batch's decoder calls: replayed when `key` was recorded, else recorded when
-        `record`, else run as they are. Lower layers with dropout run as they are while training."""
-        mode = None
+        `record` (for the next pass) or `keep` (for a later pass, while keep_bytes has room), else
+        run as they are. Lower layers with dropout run as they are while training."""
+        mode, stored = None, self.entries.get(key, self.kept.get(key))
+        keep = keep and self.kept_bytes < self.keep_bytes
         if self.enabled and not (training and self._dropout):
-            mode = "replay" if key in self.entries else ("record" if record else None)
-        self._mode, self._outputs, self._call = mode, (self.entries[key] if mode == "replay" else []), 0
+            mode = "replay" if stored is not None else ("record" if record or keep else None)
+        self._mode, self._outputs, self._call = mode, (stored if mode == "replay" else []), 0
         try:
             yield
             if self._mode == "record" and self._outputs:
                 size = sum(t.numel() * t.element_size() for t in self._outputs)
-                if self.bytes + size <= self.max_bytes:
+                if record and self.bytes + size <= self.max_bytes:
                     self.entries[key] = self._outputs
                     self.bytes += size
+                elif not record and self.kept_bytes + size <= self.keep_bytes:
+                    self.kept[key] = self._outputs
+                    self.kept_bytes += size
             elif mode == "replay":
                 self.hits += 1
         finally:

@@ -133,7 +133,7 @@ class LocalPolicy:
         prepack = config.prepack_weights and prepack_available(self.device)
         self.merged_sampling = bfloat16_compute(self.model, prepack=prepack) if self.dtype == "bfloat16" else None
         # Below lora_layers: run once for a batch scored twice (the KL's reference pass, then training).
-        self.lower_layers = LowerLayers(self.model)
+        self.lower_layers = LowerLayers(self.model, keep_bytes=config.keep_lower_layers_mb << 20)
         corrected = config.sampler_correction == "truncated_is" or (config.sampler_correction == "auto" and self.dtype == "bfloat16")
         self.correction = SamplerCorrection(config.truncated_is_cap) if corrected else None
         self.model.eval()
@@ -296,7 +296,7 @@ class LocalPolicy:
         try:
             for batch in self._micro_batches(datums):
                 chunk = [datums[i] for i in batch]
-                with self.lower_layers.unit(self._unit_key(chunk, True), record=False, training=self.model.training):
+                with self.lower_layers.unit(self._unit_key(chunk, True), record=False, training=self.model.training, keep=True):
                     logprobs_B_T = target_logprobs(
                         self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget,
                         pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk), share_prefix=True, weighted_only=True, pack=self.config.pack_rows,
@@ -428,6 +428,7 @@ class LocalPolicy:
             raise InputFileError(f"{path}: adapter does not fit this model and LoRA config ({str(exc).splitlines()[0]})") from None
         if result.unexpected_keys:
             raise InputFileError(f"{path}: adapter has weights this model lacks, e.g. {result.unexpected_keys[0]}")
+        self.lower_layers.forget()  # kept outputs were computed under the weights before this load
         if self.frozen and not self._frozen_as_reference():
             self.lower_layers.enabled = False  # trained below lora_layers: the reference pass's lower outputs are not the policy's
         self._adapter_changed()

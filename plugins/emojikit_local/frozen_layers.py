@@ -15,7 +15,7 @@ state through untouched, add placeholder keys and values of the right length to 
 that its length stays right for the layers above, and the last one returns the kept output).
 The lower layers' own cache entries are never read: their attention is replayed too.
 
-A training pass can also keep its lower outputs (`keep_mb`, the local backend's
+A training pass can also keep its lower outputs (`keep_bytes`, the local backend's
 `keep_lower_layers_mb`): SFT with `repeat_batches` trains the first pass's batches again on every
 later pass, and a kept batch skips the lower layers there. Kept entries stay until `forget()`
 (new weights below, e.g. a loaded checkpoint); `clear()` drops the scoring passes' entries only.

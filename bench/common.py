@@ -44,7 +44,20 @@ def machine() -> dict:
     # The kind (AMX, AVX512-BF16, AVX2, ...) is what a figure moves with: say it beside every figure;
     # so does how idle torch threads wait (1.5x on a bf16 step, emojikit/support/torch_env.py).
     wait = {key: os.environ[key] for key in WAIT_VARIABLES if key in os.environ} or "runtime default"
-    return {"nproc": os.cpu_count(), "cpu": model, "cpu_kind": cpu_kind(), "omp_wait": wait, "load_avg_1m": round(os.getloadavg()[0], 2)}
+    described = {"nproc": os.cpu_count(), "cpu": model, "cpu_kind": cpu_kind(), "aten_isa": aten_isa(), "omp_wait": wait, "load_avg_1m": round(os.getloadavg()[0], 2)}
+    # A capped instruction set makes one CPU stand in for a narrower kind (an AVX512 Xeon run as AVX2-only): say so.
+    capped = {key: os.environ[key] for key in ISA_CAPS if key in os.environ}
+    return described | ({"isa_caps": capped} if capped else {})
+
+
+ISA_CAPS = ("MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")  # MKL's GEMMs, ATen's kernels, oneDNN's
+
+
+def aten_isa() -> str:
+    """The vector instruction set ATen's CPU kernels were dispatched to ("AVX512", "AVX2", ...)."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
 
 
 def peak_rss_mb() -> float:

@@ -65,6 +65,23 @@ def test_the_cpu_kind_every_bench_reports(features, kind):
     assert cpu_kind(features) == kind
 
 
+def test_a_bench_says_when_its_instruction_set_was_capped(monkeypatch):
+    """An AVX512 CPU run with MKL and ATen capped at AVX2 stands in for an AVX2-only one; its
+    figures must say so (the CPU's kind alone would name the wider unit)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_common", Path(__file__).parents[1] / "bench" / "common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    for key in common.ISA_CAPS:
+        monkeypatch.delenv(key, raising=False)
+    plain = common.machine()
+    assert "isa_caps" not in plain and plain["aten_isa"]
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    assert common.machine()["isa_caps"] == {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
 def test_explicit_bfloat16_is_kept_on_a_cpu_without_bf16_units_with_one_warning(capsys):
     from emojikit_local import hardware
 

@@ -783,7 +783,8 @@ def test_the_command_sets_how_torch_threads_wait_for_this_cpu_unless_the_user_ch
 
 
 @pytest.mark.parametrize("features, chosen", [
-    ({"avx", "avx2", "fma"}, {"OMP_WAIT_POLICY": "PASSIVE"}),  # float32 compute: sleep at once
+    ({"avx", "avx2", "fma"}, {"OMP_WAIT_POLICY": "PASSIVE"}),  # AVX2-only, float32 compute, long ops: sleep at once
+    ({"avx2", "avx512f", "avx512_vnni"}, {"GOMP_SPINCOUNT": "10000"}),  # AVX512 without bf16 units: float32, short ops
     (None, {"OMP_WAIT_POLICY": "PASSIVE"}),  # flags unreadable (macOS, Windows)
     ({"avx2", "avx512f", "avx512_bf16"}, {"GOMP_SPINCOUNT": "10000"}),  # bf16 compute: short ops, spin ~0.1 ms
     ({"avx512_bf16", "amx_bf16"}, {"GOMP_SPINCOUNT": "10000"}),

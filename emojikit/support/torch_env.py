@@ -14,13 +14,14 @@ docs/errors.md). A user's machine runs something else, and a waiting thread that
 core while its sibling, descheduled, cannot finish: beside two two-thread processes of small
 products an SFT step of 16 took 7.6x its idle time under the runtime's default (spin ~3 ms, then
 sleep) on an AVX2 CPU.
-- Without bf16 units (float32 compute): OMP_WAIT_POLICY=PASSIVE, sleep at once: 3.4x loaded,
-  and no cost alone there, where each op runs long.
-- With bf16 units (bf16 compute, shorter ops, thousands of parallel regions a step): sleeping at
-  once made an idle step 1.5x slower (AVX512-BF16: SFT step 1.37-1.43 s against 0.85-0.91 s), the
-  wake-ups being the step. GOMP_SPINCOUNT=10000 (libgomp, torch's OpenMP on Linux: ~0.1 ms of
-  spinning) ran alone as fast as spinning (0.90-0.96 s) and loaded no slower than PASSIVE
-  (3.72-4.36 s against 4.00-4.36 s, three runs).
+- AVX2-only (float32 compute, long ops): OMP_WAIT_POLICY=PASSIVE, sleep at once: 3.4x loaded,
+  and no cost alone there (AMD EPYC).
+- Anything wider (AVX512, with or without bf16 units: shorter ops, thousands of parallel regions
+  a step): sleeping at once made an idle step 1.5x slower, the wake-ups being the step
+  (AVX512-BF16, bf16: SFT step 1.37-1.43 s against 0.85-0.91 s; an Intel AVX512 Xeon without
+  bf16 units, float32: 2.86 s against 1.87 s). GOMP_SPINCOUNT=10000 (libgomp, torch's OpenMP on
+  Linux: ~0.1 ms of spinning) ran alone as fast as spinning and loaded no slower than PASSIVE
+  (AVX512-BF16: 3.72-4.36 s against 4.00-4.36 s, three runs; AVX512: 10.2 s against 10.4 s).
 Set OMP_WAIT_POLICY or GOMP_SPINCOUNT yourself to choose otherwise (ACTIVE on a dedicated machine).
 """
 
@@ -31,14 +32,14 @@ from typing import Optional
 
 from emojikit.support.cpu import cpu_features, has_bf16_units
 
-BF16_SPIN_COUNT = "10000"
+SPIN_COUNT = "10000"  # ~0.1 ms: where ops are short (AVX512 and bf16 units)
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")  # what libgomp reads for how threads wait
 
 
 def wait_policy_environment(features: Optional[set[str]]) -> dict[str, str]:
     """The OpenMP wait setting for a CPU with these feature flags (module docstring)."""
-    if has_bf16_units(features):
-        return {"GOMP_SPINCOUNT": BF16_SPIN_COUNT}
+    if has_bf16_units(features) or (features and "avx512f" in features):
+        return {"GOMP_SPINCOUNT": SPIN_COUNT}
     return {"OMP_WAIT_POLICY": "PASSIVE"}
 
 

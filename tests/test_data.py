@@ -292,6 +292,57 @@ def test_score_answers_reads_each_teacher_answer_against_every_training_message(
     assert all(g > b for g, b in zip(good, bad))
 
 
+def test_teacher_variants_keep_each_messages_best_read_answer(tmp_path):
+    """[data] teacher_variants: every training message is answered once more per table of teacher
+    settings, and keeps whichever answer the judge reads best, with that reading."""
+    from emojikit.api.components import Message
+    from emojikit_text.lexicon import LexiconConfig, LexiconTeacher
+
+    f = tmp_path / "mine.jsonl"
+    texts = ["My dog chased a ball in the park and then fell asleep", "We baked a birthday cake for grandma", "The flight to Paris got cancelled",
+             "I failed my maths exam today, so sad", "It is raining and I forgot my umbrella at the office", "The pizza at the new place is great",
+             "Our team won the football final last night", "My phone fell in the lake while fishing"]
+    f.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    variants = [{"message_weight": 0.8}, {"mmr_lambda": 0.9}]
+
+    def run(name: str, extra: str) -> tuple[dict, dict]:
+        recipe = _data_recipe(tmp_path, f'use = "jsonl"\npath = "{f}"', "test_fraction = 0.0\nrl_count = 0\nscore_answers = true" + extra)
+        recipe.write_text(recipe.read_text(encoding="utf-8").replace(f'out = "{tmp_path / "run"}"', f'out = "{tmp_path / name}"')
+                          + '\n[judge]\nuse = "retrieval"\ndistractors = 0\n', encoding="utf-8")
+        result = CliRunner().invoke(cli, ["run", str(recipe)])
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(l) for l in (tmp_path / name / "sft_train.jsonl").read_text(encoding="utf-8").splitlines()]
+        stats = json.loads((tmp_path / name / "data_stats.json").read_text(encoding="utf-8"))
+        return {r["messages"][1]["content"]: r for r in rows}, stats
+
+    plain, _ = run("plain", "")
+    best, stats = run("best", "\nteacher_variants = [{ message_weight = 0.8 }, { mmr_lambda = 0.9 }]")
+    assert set(best) == set(plain) == set(texts)
+    said = [dict(zip(texts, LexiconTeacher(LexiconConfig(**v)).answer([Message(t) for t in texts]))) for v in [{}, *variants]]
+    for text in texts:
+        assert best[text]["messages"][2]["content"] in {answers[text] for answers in said}  # one of the three settings' answers
+        assert best[text]["reading"] >= plain[text]["reading"]  # never read worse than the teacher's own
+    assert sum(stats["answers_kept_from"].values()) == len(texts)
+    assert set(stats["answers_kept_from"]) <= {"teacher", "teacher_variants[1]", "teacher_variants[2]"}
+    assert sum(best[t]["reading"] > plain[t]["reading"] for t in texts) == len(texts) - stats["answers_kept_from"].get("teacher", 0)
+    assert (tmp_path / "best" / "teacher_variant2_progress.jsonl").exists()  # resumable like the first labelling
+
+
+@pytest.mark.parametrize("data, says", [
+    ("count = 10\nscore_answers = true\nteacher_variants = [{ mmr_lambda = 0.9 }, { no_such_setting = 1 }]", "[data.teacher_variants[2]] no_such_setting"),
+    ("count = 10\nscore_answers = true\nteacher_variants = [{ mmr_lambda = 7 }]", "[data.teacher_variants[1]] mmr_lambda"),
+    ("count = 10\nteacher_variants = [{ mmr_lambda = 0.9 }]", "[data] teacher_variants"),
+])
+def test_a_bad_teacher_variant_is_one_line_naming_its_table_before_any_work(tmp_path, data, says):
+    recipe = _data_recipe(tmp_path, 'use = "generated"', data)
+    recipe.write_text(recipe.read_text(encoding="utf-8") + '\n[judge]\nuse = "retrieval"\n', encoding="utf-8")
+    result = CliRunner().invoke(cli, ["run", str(recipe)])
+    assert result.exit_code == 2, result.output
+    line = next(l for l in result.output.splitlines() if says in l)
+    assert str(recipe) in line and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
 def test_score_answers_without_a_judge_is_a_clear_config_error(tmp_path):
     recipe = _data_recipe(tmp_path, 'use = "generated"', "count = 10\nscore_answers = true")
     result = CliRunner().invoke(cli, ["run", str(recipe)])

@@ -11,6 +11,7 @@ Outputs in the run directory (each written atomically):
   teacher_progress.jsonl            the teacher's answers, one line per finished chunk, so an
                                     interrupted run (SIGINT/SIGTERM or kill -9) resumes with
                                     --resume without asking the teacher again
+  teacher_variantN_progress.jsonl   the same for [data] teacher_variants' table N
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import math
 import random
 import time
 from collections import Counter
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from pydantic import Field, model_validator
 
@@ -55,6 +56,13 @@ class DataSettings(ConfigModel):
         "pair's message among every training message, from the answer alone (one turn). Written into each training row as "
         "`reading`; [sft] keep_best_read trains on the best-read share. Needs a [judge] that holds a pool and tells its belief "
         "(retrieval, keywords, panel)."
+    )
+
+    teacher_variants: list[dict[str, Any]] = Field(
+        [], description="More teacher answers per training message: each table holds [teacher] settings that differ from the "
+        "recipe's (e.g. `{ message_weight = 0.8 }`), the teacher answers every training message once more with each, the [judge] "
+        "reads every answer as score_answers does, and each message keeps its best-read answer (the test split keeps the [teacher]'s "
+        "own). Needs score_answers. Each table costs one more labelling and one more reading of the training pairs."
     )
 
     @model_validator(mode="after")
@@ -92,6 +100,22 @@ def check_filter(recipe, settings: DataSettings) -> None:
 def check_reader(recipe, settings: DataSettings) -> None:
     if settings.score_answers and not recipe.has("judge"):
         raise ConfigError(f"{recipe.path}: [data] score_answers: the answers are read by the [judge]; add a [judge] table (e.g. use = \"panel\") or set score_answers = false")
+    if settings.teacher_variants and not settings.score_answers:
+        raise ConfigError(f"{recipe.path}: [data] teacher_variants: each message keeps its best-read answer, so the answers must be read; set score_answers = true or remove teacher_variants")
+    for number in range(1, len(settings.teacher_variants) + 1):
+        variant_choice(recipe, settings, number)
+
+
+def variant_choice(recipe, settings: DataSettings, number: int):
+    """The [teacher] with the settings of teacher_variants' table `number` (from 1) over the recipe's own."""
+    from emojikit.composition.assembly import choose
+
+    teacher = recipe.components["teacher"]
+    settings_table = teacher.config.model_dump() | settings.teacher_variants[number - 1]
+    try:
+        return choose("teacher", teacher.spec.name, settings_table, recipe.context(), table=f"data.teacher_variants[{number}]")
+    except ConfigError as exc:
+        raise ConfigError(f"{recipe.path}: {exc}") from None
 
 
 def preflight(recipe) -> None:
@@ -188,6 +212,27 @@ def read_answers(judge, pairs: list[tuple[Message, str]]) -> list[float]:
     return readings
 
 
+def best_read_answers(recipe, run_dir, settings: DataSettings, reader, train: list[tuple[Message, str]],
+                      readings: list[float]) -> tuple[list[tuple[Message, str]], list[float], dict[str, int]]:
+    """Each training message's best-read answer among the [teacher]'s and one more per
+    teacher_variants table (each labelled with its own progress file, so an interrupted run
+    resumes it), with its reading, and how many answers each teacher setting gave."""
+    messages = [m for m, _ in train]
+    answers, best, source = [a for _, a in train], list(readings), ["teacher"] * len(train)
+    for number in range(1, len(settings.teacher_variants) + 1):
+        name = f"teacher_variants[{number}]"
+        teacher = variant_choice(recipe, settings, number).build(recipe.context(run_dir.path))
+        said = label(teacher, messages, settings.teacher_batch, run_dir, recipe.resume_hint(),
+                     progress=f"teacher_variant{number}_progress.jsonl", desc=f"teacher variant {number}")
+        # Only a valid answer competes; the one the reader reads better replaces the kept one.
+        valid = [i for i, a in enumerate(said) if a is not None and DEFAULT_FORMAT.check(a) and a.strip() != answers[i]]
+        read = read_answers(reader, [(messages[i], said[i].strip()) for i in valid])
+        for i, r in zip(valid, read):
+            if r > best[i]:
+                answers[i], best[i], source[i] = said[i].strip(), r, name
+    return list(zip(messages, answers)), best, dict(Counter(source))
+
+
 def reading_stats(readings: list[float], seconds: float) -> dict:
     """The median reading beside a reader that cannot read at all: -log(pool size), its belief in any message."""
     ordered = sorted(readings)
@@ -212,22 +257,23 @@ def draw_messages(source, n: int) -> list[Message]:
     return out
 
 
-def label(teacher, messages: list[Message], batch: int, run_dir, resume_hint: str, drops: Optional[Counter] = None) -> list[Optional[str]]:
-    """The teacher's answers, chunk by chunk. Each finished chunk is appended to
-    teacher_progress.jsonl (one write); a chunk answered there in full is not asked again.
+def label(teacher, messages: list[Message], batch: int, run_dir, resume_hint: str, drops: Optional[Counter] = None,
+          progress: str = PROGRESS_FILE, desc: str = "teacher") -> list[Optional[str]]:
+    """The teacher's answers, chunk by chunk. Each finished chunk is appended to `progress`
+    (teacher_progress.jsonl, one write); a chunk answered there in full is not asked again.
     SIGINT or SIGTERM stops after the current chunk. `drops` gathers why answers are None,
     from a teacher that tells (its optional `stats`, see components.Teacher)."""
     from tqdm import tqdm
 
     from emojikit.stages.interrupt import Interrupted, graceful_stop
 
-    done = run_dir.read(PROGRESS_FILE)
+    done = run_dir.read(progress)
     if done:  # rewritten whole, so a line cut by kill -9 is gone before we append after it
-        atomic_write_jsonl(run_dir.file(PROGRESS_FILE), done)
+        atomic_write_jsonl(run_dir.file(progress), done)
     # Only answers count: a message the teacher could not answer is asked again on resume.
     known = {text: answer for row in done for text, answer in zip(row["texts"], row["answers"]) if answer is not None}
     answers: list[Optional[str]] = []
-    with graceful_stop() as stop, tqdm(total=len(messages), desc="teacher", unit="msg") as bar:
+    with graceful_stop() as stop, tqdm(total=len(messages), desc=desc, unit="msg") as bar:
         for start in range(0, len(messages), batch):
             chunk = messages[start : start + batch]
             if all(m.text in known for m in chunk):
@@ -237,7 +283,7 @@ def label(teacher, messages: list[Message], batch: int, run_dir, resume_hint: st
                 told = getattr(teacher, "stats", None)
                 if drops is not None and isinstance(told, Mapping):
                     drops.update({reason: told.get(reason, 0) for reason in TEACHER_DROP_REASONS})
-                run_dir.log(PROGRESS_FILE, {"texts": [m.text for m in chunk], "answers": chunk_answers})
+                run_dir.log(progress, {"texts": [m.text for m in chunk], "answers": chunk_answers})
                 answers.extend(chunk_answers)
             bar.update(len(chunk))
             if stop and start + batch < len(messages):
@@ -294,6 +340,10 @@ def run(recipe, run_dir) -> None:
     read_started = time.monotonic()
     readings = read_answers(reader, train) if reader is not None else [None] * len(train)
     read_seconds = time.monotonic() - read_started
+    kept_from: dict[str, int] = {}
+    if settings.teacher_variants:
+        train, readings, kept_from = best_read_answers(recipe, run_dir, settings, reader, train, readings)
+        read_seconds = time.monotonic() - read_started
     atomic_write_jsonl(run_dir.file("sft_train.jsonl"), (chat_row(settings.system_prompt, m, a, r) for (m, a), r in zip(train, readings)))
     atomic_write_jsonl(run_dir.file("sft_test.jsonl"), (chat_row(settings.system_prompt, m, a) for m, a in test))
 
@@ -329,6 +379,7 @@ def run(recipe, run_dir) -> None:
         "test_mean_emoji": round(sum(emojis.count(a) for a in test_answers) / len(test_answers), 2) if test else None,
         **filter_stats,
         **(reading_stats(readings, read_seconds) if settings.score_answers else {}),
+        **({"answers_kept_from": kept_from} if kept_from else {}),
         "seconds": round(time.monotonic() - started, 1),
     }
     atomic_write_text(run_dir.file("data_stats.json"), json.dumps(stats, indent=2) + "\n")

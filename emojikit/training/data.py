@@ -340,10 +340,11 @@ def run(recipe, run_dir) -> None:
     read_started = time.monotonic()
     readings = read_answers(reader, train) if reader is not None else [None] * len(train)
     read_seconds = time.monotonic() - read_started
-    kept_from: dict[str, int] = {}
+    variants: dict = {}
     if settings.teacher_variants:
+        variants_started = time.monotonic()
         train, readings, kept_from = best_read_answers(recipe, run_dir, settings, reader, train, readings)
-        read_seconds = time.monotonic() - read_started
+        variants = {"answers_kept_from": kept_from, "teacher_variants_seconds": round(time.monotonic() - variants_started, 1)}
     atomic_write_jsonl(run_dir.file("sft_train.jsonl"), (chat_row(settings.system_prompt, m, a, r) for (m, a), r in zip(train, readings)))
     atomic_write_jsonl(run_dir.file("sft_test.jsonl"), (chat_row(settings.system_prompt, m, a) for m, a in test))
 
@@ -379,7 +380,7 @@ def run(recipe, run_dir) -> None:
         "test_mean_emoji": round(sum(emojis.count(a) for a in test_answers) / len(test_answers), 2) if test else None,
         **filter_stats,
         **(reading_stats(readings, read_seconds) if settings.score_answers else {}),
-        **({"answers_kept_from": kept_from} if kept_from else {}),
+        **variants,
         "seconds": round(time.monotonic() - started, 1),
     }
     atomic_write_text(run_dir.file("data_stats.json"), json.dumps(stats, indent=2) + "\n")

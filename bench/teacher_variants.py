@@ -8,9 +8,11 @@ The pool is every training message, as in the data stage (`[data] score_answers`
 the same log-belief the data stage writes (its rows' own answers and readings stand for the
 default setting's, which are the same), and the written file (the input's rows, each with its
 message's best-read answer and that `reading`) trains with recipes/sft.toml's `keep_best_read` as
-it is. Prints, per setting, the median reading, the share of messages each reader puts first, the
-answers' length in emoji, how often the setting's answer is the best-read, and the same for the
-best-read share that recipes/sft.toml keeps.
+it is. Prints, per setting, its seconds (labelling and reading), the median reading, the answers'
+length in emoji, and how often its answer is a message's best-read, among all messages and among
+the best-read share that recipes/sft.toml keeps; then that share's mean reading and length with
+one answer per message and with the best of several. `[data] teacher_variants` does the same
+inside the data stage.
 """
 
 from __future__ import annotations

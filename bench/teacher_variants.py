@@ -38,20 +38,14 @@ VARIANTS = {
 }
 
 
-def emoji_count(answer: str) -> int:
-    from emojikit.api import emojis
-
-    return len(emojis.split(answer))
-
-
 def run(args) -> dict:
     import torch
 
+    from emojikit.api import emojis
     from emojikit.api.components import Message
     from emojikit.api.format import DEFAULT_FORMAT
     from emojikit.composition.recipe import load_recipe
     from emojikit.training import data
-    from emojikit_text.lexicon import LexiconConfig, LexiconTeacher
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -60,17 +54,17 @@ def run(args) -> dict:
     recipe = load_recipe(ROOT / "recipes" / "data.toml", [])
     run_dir = type("RunDir", (), {"path": Path(args.scratch)})()
     judge = data.answer_reader(recipe, run_dir)
-    recipe_teacher = recipe.components["teacher"].config.model_dump()  # recipes/data.toml's [teacher] settings
-    teacher = LexiconTeacher(LexiconConfig(**recipe_teacher))
+    # Each setting's teacher through the data stage's own seam: [teacher] with that table over it.
+    settings = recipe.settings["data"].model_copy(update={"teacher_variants": [VARIANTS[name] for name in args.variants]})
     answers, readings, seconds = {}, {}, {}
-    for name in args.variants:
+    for number, name in enumerate(args.variants, start=1):
         began = time.perf_counter()
         if name == "default" and not args.pairs and all("reading" in r for r in rows):
             # The data stage wrote the default answers and their readings, by the same panel and pool (all the rows).
             answers[name] = [r["messages"][2]["content"] for r in rows]
             readings[name], seconds[name] = np.array([r["reading"] for r in rows]), 0.0
             continue
-        teacher.config = LexiconConfig(**(recipe_teacher | VARIANTS[name]))
+        teacher = data.variant_choice(recipe, settings, number).build(recipe.context(run_dir.path))
         said = [a.strip() if a and DEFAULT_FORMAT.check(a) else None for a in teacher.answer(messages)]  # checked as the data stage checks
         # An answer the teacher could not give reads worst: the message keeps another setting's.
         pairs = [(m, a or "") for m, a in zip(messages, said)]
@@ -89,15 +83,15 @@ def run(args) -> dict:
         said = answers[name]
         results.append({
             "variant": name, "seconds": round(seconds[name], 1), "median_reading": round(float(np.median(readings[name])), 4),
-            "mean_emoji": round(float(np.mean([emoji_count(a) for a in said if a])), 2),
+            "mean_emoji": round(float(np.mean([emojis.count(a) for a in said if a])), 2),
             "best_share": round(float((best_M == v).mean()), 4), "best_share_kept": round(float((best_M[kept] == v).mean()), 4),
         })
     chosen = [answers[names[v]][i] for i, v in enumerate(best_M)]
     summary = {
         "median_reading": {"default": round(float(np.median(readings[names[0]])), 4), "best": round(float(np.median(best_read_M)), 4)},
         "kept_mean_reading": {"default": round(float(readings[names[0]][kept_default].mean()), 4), "best": round(float(best_read_M[kept].mean()), 4)},
-        "kept_mean_emoji": {"default": round(float(np.mean([emoji_count(answers[names[0]][i]) for i in kept_default])), 2),
-                            "best": round(float(np.mean([emoji_count(chosen[i]) for i in kept])), 2)},
+        "kept_mean_emoji": {"default": round(float(np.mean([emojis.count(answers[names[0]][i]) for i in kept_default])), 2),
+                            "best": round(float(np.mean([emojis.count(chosen[i]) for i in kept])), 2)},
         "kept_same_messages": round(len(set(kept.tolist()) & set(kept_default.tolist())) / len(kept), 4),
     }
     if args.out:

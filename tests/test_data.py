@@ -328,6 +328,66 @@ def test_teacher_variants_keep_each_messages_best_read_answer(tmp_path):
     assert (tmp_path / "best" / "teacher_variant2_progress.jsonl").exists()  # resumable like the first labelling
 
 
+def test_repair_turns_write_the_teachers_second_turn_where_the_judge_misses(tmp_path):
+    """[data] repair_turns: every training pair whose answer the judge takes for another message
+    gets a two-turn row: the answer, the game's follow-up with that wrong guess, the repair
+    teacher's second turn, read over both turns with the guess excluded."""
+    from emojikit.api.components import JudgeView, Message
+    from emojikit.api.format import DEFAULT_FORMAT
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.training.data import answer_reader
+    from emojikit_text.lexicon import LexiconConfig
+    from emojikit_text.repair import LexiconRepairTeacher
+
+    f = tmp_path / "mine.jsonl"
+    # Messages that share their words, so one answer reads as another message.
+    texts = ["I love my dog", "I love my puppy", "My dog loves me", "We love dogs", "I really love my dog so much",
+             "The flight to Paris got cancelled", "The train to Paris got cancelled", "Our Paris trip got cancelled",
+             "I am so happy today", "Today I am very happy", "Happy happy day"]
+    f.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    recipe = _data_recipe(tmp_path, f'use = "jsonl"\npath = "{f}"', "test_fraction = 0.0\nrl_count = 0\nscore_answers = true\nrepair_turns = true")
+    recipe.write_text(recipe.read_text(encoding="utf-8").replace('use = "lexicon"', 'use = "lexicon-repair"')
+                      + '\n[judge]\nuse = "retrieval"\ndistractors = 0\n', encoding="utf-8")
+    result = CliRunner().invoke(cli, ["run", str(recipe)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(l) for l in (tmp_path / "run" / "sft_train.jsonl").read_text(encoding="utf-8").splitlines()]
+    first, repairs = [r for r in rows if "repair" not in r], [r for r in rows if r.get("repair") is True]
+    assert sorted(r["messages"][1]["content"] for r in first) == sorted(texts)  # the one-turn rows as without repair_turns
+    stats = json.loads((tmp_path / "run" / "data_stats.json").read_text(encoding="utf-8"))
+    assert 0 < len(repairs) == stats["repair_turns"] and stats["repair_turns_seconds"] >= 0
+
+    judge = answer_reader(load_recipe(recipe), type("RunDir", (), {"path": tmp_path / "scratch"})())
+    judge.add_candidates(texts)
+    answer = {r["messages"][1]["content"]: r["messages"][2]["content"] for r in first}
+    guesses = dict(zip(texts, judge.guess([JudgeView(emoji_turns=[answer[t]]) for t in texts])))
+    missed = [t for t in texts if guesses[t] != t]
+    assert sorted(r["messages"][1]["content"] for r in repairs) == sorted(missed)  # a row for every miss, none for a hit
+    teacher = LexiconRepairTeacher(LexiconConfig())
+    for row in repairs:
+        system, user, turn1, follow, turn2 = row["messages"]
+        target = user["content"]
+        assert turn1["content"] == answer[target]
+        assert follow == {"role": "user", "content": DEFAULT_FORMAT.follow_up.format(guess=guesses[target], target=target)}
+        assert turn2["content"] == teacher.repair([target], [guesses[target]], [answer[target]])[0]
+        belief = judge.target_logprobs([JudgeView(emoji_turns=[turn1["content"], turn2["content"]], guesses=[guesses[target]])], [target])[0]
+        assert row["reading"] == pytest.approx(belief, abs=1e-4)
+
+
+@pytest.mark.parametrize("teacher, data, says", [
+    ("lexicon-repair", "count = 10\nrepair_turns = true", "[data] repair_turns: the repair turns are made where the [judge] misses"),
+    ("lexicon", "count = 10\nscore_answers = true\nrepair_turns = true", "[data] repair_turns: the lexicon teacher does not answer a second turn"),
+])
+def test_repair_turns_without_readings_or_a_repairing_teacher_is_one_line_before_any_work(tmp_path, teacher, data, says):
+    recipe = _data_recipe(tmp_path, 'use = "generated"', data)
+    recipe.write_text(recipe.read_text(encoding="utf-8").replace('use = "lexicon"', f'use = "{teacher}"')
+                      + '\n[judge]\nuse = "retrieval"\n', encoding="utf-8")
+    result = CliRunner().invoke(cli, ["run", str(recipe)])
+    assert result.exit_code == 2, result.output
+    line = next(l for l in result.output.splitlines() if says in l)
+    assert str(recipe) in line and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("data, says", [
     ("count = 10\nscore_answers = true\nteacher_variants = [{ mmr_lambda = 0.9 }, { no_such_setting = 1 }]", "[data.teacher_variants[2]] no_such_setting"),
     ("count = 10\nscore_answers = true\nteacher_variants = [{ mmr_lambda = 7 }]", "[data.teacher_variants[1]] mmr_lambda"),

@@ -89,6 +89,32 @@ def test_keep_best_read_trains_the_best_read_share_in_file_order(tmp_path):
         best_read(unread, load_chats(unread), 0.5)
 
 
+def test_repair_share_replaces_that_share_of_the_kept_chats_with_the_best_read_repair_rows(tmp_path):
+    """Rows marked "repair" (a data run's [data] repair_turns) train only through [sft] repair_share:
+    the kept count stays keep_best_read's, the best-read repair rows in place of as many others."""
+    from emojikit.api.errors import InputFileError
+    from emojikit.training.sft import best_read, load_chats
+
+    data = tmp_path / "read.jsonl"
+    write_chats(data, 6)
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    for row, reading in zip(rows, [-3.0, -0.1, -7.5, -0.2, -1.0, -9.0]):
+        row["reading"] = reading
+    for reading in [-2.0, -0.5, -4.0]:
+        follow = {"role": "user", "content": "The guesser read your emoji as: \"x\""}
+        rows.append({"messages": [*rows[0]["messages"][:3], follow, {"role": "assistant", "content": "🍕🍕"}],
+                     "reading": reading, "repair": True})
+    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    chats = load_chats(data)
+    assert len(best_read(data, chats, 1.0)) == 6 and all(len(c) == 3 for c in best_read(data, chats, 1.0))  # repair rows only by repair_share
+    kept = best_read(data, chats, 0.5, repair_share=1 / 3)  # 3 chats: the best 2 one-turn rows and the best repair row
+    assert [c[1]["content"] for c in kept if len(c) == 3] == ["message number 1", "message number 3"]
+    assert [c for c in kept if len(c) == 5] == [chats[7]]  # reading -0.5
+    assert len(best_read(data, chats, 1.0, repair_share=0.5)) == 6  # 3 one-turn rows, all 3 repair rows
+    with pytest.raises(InputFileError, match=r"read.jsonl: \[sft\] repair_share = 0.9 takes 5 repair rows, the file has 3; make the data with \[data\] repair_turns = true"):
+        best_read(data, chats, 1.0, repair_share=0.9)
+
+
 def test_keep_best_read_on_data_without_readings_is_one_line_before_any_run(tmp_path):
     from click.testing import CliRunner
 

@@ -91,6 +91,14 @@ class Teacher(Protocol):
 TEACHER_DROP_REASONS = ("invalid", "errored", "expired", "canceled", "missing")
 
 
+@runtime_checkable
+class RepairTeacher(Protocol):
+    """A teacher that also answers the game's second turn (e.g. `lexicon-repair`)."""
+
+    def repair(self, targets: Sequence[str], guesses: Sequence[str], first_turns: Sequence[str]) -> list[Optional[str]]:
+        """One more turn of emoji per (target, the judge's wrong guess, the first turn's emoji); None where it has none."""
+
+
 # --- game: judges and rewards ----------------------------------------------------------
 
 

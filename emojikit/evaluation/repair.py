@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from emojikit.api import emojis
+from emojikit.api.components import RepairTeacher
 from emojikit.support.io import atomic_write_jsonl, atomic_write_text
 
 STATES_FORMAT = 1
@@ -164,7 +165,7 @@ class StateAnswers:
 class RepairTeacherAnswers:
     """A teacher with `repair(targets, guesses, first_turns)`, e.g. `lexicon-repair`."""
 
-    def __init__(self, teacher):
+    def __init__(self, teacher: RepairTeacher):
         self.teacher = teacher
 
     def turn2(self, states, prompts, params, decoder) -> list[str]:
@@ -191,7 +192,7 @@ def answers_for(recipe, name: str, game, out_dir: Path):
         return StateAnswers("turn1")
     if name.startswith(TEACHER_PREFIX):
         teacher = recipe.build_named("teacher", name[len(TEACHER_PREFIX):], Path(out_dir))
-        if hasattr(teacher, "repair"):
+        if isinstance(teacher, RepairTeacher):
             return RepairTeacherAnswers(teacher)
         return SenderAnswers(TeacherSender(teacher, game))
     return SenderAnswers(build_sender(recipe, name, game, out_dir))

@@ -3,7 +3,9 @@
 Outputs in the run directory (each written atomically):
   sft_train.jsonl / sft_test.jsonl  {"messages": [system, user, assistant], "category": ...};
                                     with [data] score_answers, each training row also has
-                                    "reading": how well the [judge] reads its answer
+                                    "reading": how well the [judge] reads its answer; with
+                                    [data] repair_turns, sft_train.jsonl also holds two-turn
+                                    rows marked "repair": true (the teacher's second turn)
   rl_prompts.jsonl / rl_heldout.jsonl  short messages {"text": ..., "category": ...}; the
                                     held-out targets never appear in any SFT file or in
                                     rl_prompts, and rl_prompts avoids the SFT test split
@@ -26,7 +28,7 @@ from typing import Any, Mapping, Optional
 from pydantic import Field, model_validator
 
 from emojikit.api import emojis
-from emojikit.api.components import TEACHER_DROP_REASONS, CandidatePool, JudgeView, Message, TargetBelief
+from emojikit.api.components import TEACHER_DROP_REASONS, CandidatePool, JudgeView, Message, RepairTeacher, TargetBelief
 from emojikit.api.config import ConfigModel
 from emojikit.api.errors import ConfigError
 from emojikit.api.format import DEFAULT_FORMAT
@@ -64,6 +66,13 @@ class DataSettings(ConfigModel):
         "reads every answer as score_answers does, and each message keeps its best-read answer (the test split keeps the [teacher]'s "
         "own). Needs score_answers. Each table costs one more labelling and one more reading of the training pairs."
     )
+    repair_turns: bool = Field(
+        False, description="Also write the game's second turn: for every training pair whose answer the [judge] takes for another "
+        "message, a two-turn chat (the answer, the game's follow-up with that wrong guess, the teacher's repair: emoji for what the "
+        "guess missed), read by the [judge] over both turns with its guess excluded, as in the game. Rows marked \"repair\": true in "
+        "sft_train.jsonl; [sft] repair_share trains on the best-read of them. Needs score_answers and a teacher that repairs "
+        "(lexicon-repair)."
+    )
 
     @model_validator(mode="after")
     def _threshold_range(self) -> "DataSettings":
@@ -86,6 +95,14 @@ def chat_row(system: str, message: Message, answer: str, reading: Optional[float
     return row
 
 
+def repair_row(system: str, message: Message, answer: str, guess: str, repair: str, reading: float) -> dict:
+    """A two-turn chat: the teacher's answer, the game's follow-up with the judge's wrong guess, the teacher's repair."""
+    row = chat_row(system, message, answer)
+    row["messages"] += [{"role": "user", "content": DEFAULT_FORMAT.follow_up.format(guess=guess, target=message.text)},
+                        {"role": "assistant", "content": repair}]
+    return row | {"reading": round(reading, 4), "repair": True}
+
+
 def check_filter(recipe, settings: DataSettings) -> None:
     if settings.filter_threshold is None:
         return
@@ -100,10 +117,18 @@ def check_filter(recipe, settings: DataSettings) -> None:
 def check_reader(recipe, settings: DataSettings) -> None:
     if settings.score_answers and not recipe.has("judge"):
         raise ConfigError(f"{recipe.path}: [data] score_answers: the answers are read by the [judge]; add a [judge] table (e.g. use = \"panel\") or set score_answers = false")
+    if settings.repair_turns and not settings.score_answers:
+        raise ConfigError(f"{recipe.path}: [data] repair_turns: the repair turns are made where the [judge] misses the teacher's answer, so the answers must be read; set score_answers = true or remove repair_turns")
     if settings.teacher_variants and not settings.score_answers:
         raise ConfigError(f"{recipe.path}: [data] teacher_variants: each message keeps its best-read answer, so the answers must be read; set score_answers = true or remove teacher_variants")
     for number in range(1, len(settings.teacher_variants) + 1):
         variant_choice(recipe, settings, number)
+
+
+def check_repair_teacher(recipe, settings: DataSettings, teacher) -> None:
+    if settings.repair_turns and not isinstance(teacher, RepairTeacher):
+        raise ConfigError(f"{recipe.path}: [data] repair_turns: the {recipe.components['teacher'].spec.name} teacher does not answer a "
+                          "second turn; use a teacher that repairs ([teacher] use = \"lexicon-repair\") or remove repair_turns")
 
 
 def variant_choice(recipe, settings: DataSettings, number: int):
@@ -126,6 +151,8 @@ def preflight(recipe) -> None:
     settings: DataSettings = recipe.settings["data"]
     check_filter(recipe, settings)
     check_reader(recipe, settings)
+    if settings.repair_turns:
+        check_repair_teacher(recipe, settings, recipe.build("teacher"))
     source = recipe.build("prompts")
     capacity = source_capacity(source)
     name = recipe.components["prompts"].spec.name
@@ -233,6 +260,28 @@ def best_read_answers(recipe, run_dir, settings: DataSettings, reader, train: li
     return list(zip(messages, answers)), best, dict(Counter(source))
 
 
+def repair_turns(judge, teacher: RepairTeacher, pairs: list[tuple[Message, str]]) -> list[tuple[Message, str, str, str, float]]:
+    """(message, answer, the judge's wrong guess, the teacher's repair, its reading) for every pair
+    whose answer the judge (its pool already holding every message, as read_answers leaves it)
+    takes for another message; the reading is the judge's log-belief after both turns, its wrong
+    guess excluded, as the game's judge reads a second turn."""
+    from tqdm import tqdm
+
+    out = []
+    with tqdm(total=len(pairs), desc="repair turns", unit="pair") as bar:
+        for start in range(0, len(pairs), READ_BATCH):
+            chunk = pairs[start : start + READ_BATCH]
+            guesses = judge.guess([JudgeView(emoji_turns=[a]) for _, a in chunk])
+            missed = [(m, a, g) for (m, a), g in zip(chunk, guesses) if g and g != m.text.strip()]
+            repairs = teacher.repair([m.text for m, _, _ in missed], [g for _, _, g in missed], [a for _, a, _ in missed]) if missed else []
+            made = [(m, a, g, r.strip()) for (m, a, g), r in zip(missed, repairs) if r is not None and DEFAULT_FORMAT.check(r)]
+            views = [JudgeView(emoji_turns=[a, r], guesses=[g]) for _, a, g, r in made]
+            beliefs = judge.target_logprobs(views, [m.text for m, _, _, _ in made]) if made else []
+            out += [(m, a, g, r, b if b is not None else -1e9) for (m, a, g, r), b in zip(made, beliefs)]
+            bar.update(len(chunk))
+    return out
+
+
 def reading_stats(readings: list[float], seconds: float) -> dict:
     """The median reading beside a reader that cannot read at all: -log(pool size), its belief in any message."""
     ordered = sorted(readings)
@@ -318,6 +367,7 @@ def run(recipe, run_dir) -> None:
 
     reader = answer_reader(recipe, run_dir) if settings.score_answers else None
     teacher = recipe.build("teacher", run_dir.path)
+    check_repair_teacher(recipe, settings, teacher)
     teacher_started = time.monotonic()
     drops: Counter = Counter()
     answers = label(teacher, sft_messages, settings.teacher_batch, run_dir, recipe.resume_hint(), drops)
@@ -340,12 +390,21 @@ def run(recipe, run_dir) -> None:
     read_started = time.monotonic()
     readings = read_answers(reader, train) if reader is not None else [None] * len(train)
     read_seconds = time.monotonic() - read_started
-    variants: dict = {}
+    answer_stats: dict = {}  # the teacher_variants' and repair_turns' counts and seconds
     if settings.teacher_variants:
         variants_started = time.monotonic()
         train, readings, kept_from = best_read_answers(recipe, run_dir, settings, reader, train, readings)
-        variants = {"answers_kept_from": kept_from, "teacher_variants_seconds": round(time.monotonic() - variants_started, 1)}
-    atomic_write_jsonl(run_dir.file("sft_train.jsonl"), (chat_row(settings.system_prompt, m, a, r) for (m, a), r in zip(train, readings)))
+        answer_stats = {"answers_kept_from": kept_from, "teacher_variants_seconds": round(time.monotonic() - variants_started, 1)}
+    repairs: list = []
+    if settings.repair_turns:
+        repair_started = time.monotonic()
+        repairs = repair_turns(reader, teacher, train)
+        answer_stats["repair_turns"] = len(repairs)
+        answer_stats["repair_turns_median_reading"] = round(sorted(b for *_, b in repairs)[len(repairs) // 2], 4) if repairs else None
+        answer_stats["repair_turns_seconds"] = round(time.monotonic() - repair_started, 1)
+    rows = [chat_row(settings.system_prompt, m, a, r) for (m, a), r in zip(train, readings)]
+    rows += [repair_row(settings.system_prompt, m, a, g, r, b) for m, a, g, r, b in repairs]
+    atomic_write_jsonl(run_dir.file("sft_train.jsonl"), rows)
     atomic_write_jsonl(run_dir.file("sft_test.jsonl"), (chat_row(settings.system_prompt, m, a) for m, a in test))
 
     test_texts = {m.text for m, _ in test}
@@ -380,7 +439,7 @@ def run(recipe, run_dir) -> None:
         "test_mean_emoji": round(sum(emojis.count(a) for a in test_answers) / len(test_answers), 2) if test else None,
         **filter_stats,
         **(reading_stats(readings, read_seconds) if settings.score_answers else {}),
-        **variants,
+        **answer_stats,
         "seconds": round(time.monotonic() - started, 1),
     }
     atomic_write_text(run_dir.file("data_stats.json"), json.dumps(stats, indent=2) + "\n")

@@ -40,6 +40,11 @@ class SFTSettings(ConfigModel):
         "`reading`, written by a data recipe with [data] score_answers); 1: every chat. The main job sees about half its data once, "
         "so it keeps the half its readers decode best (docs/experiments/learning-per-minute.md)."
     )
+    repair_share: float = Field(
+        0.0, ge=0, lt=1, description="Share of the chats trained on that are repair turns: the best-read of train_file's rows marked "
+        "\"repair\": true (written by a data recipe with [data] repair_turns), in place of as many one-turn chats, so the step count "
+        "stays keep_best_read's. 0: none (a row marked repair trains only through this share)."
+    )
     batch_size: int = Field(16, ge=1, description="Chats per optimizer step.")
     learning_rate: float = Field(3e-3, gt=0, description="Peak Adam learning rate of the LoRA weights.")
     lr_schedule: Literal["constant", "linear", "cosine"] = Field("cosine", description="After warmup: constant, or a linear or cosine decay to zero at the last step.")
@@ -131,20 +136,32 @@ def row_reading(row: dict) -> Optional[float]:
     return float(reading) if isinstance(reading, (int, float)) and not isinstance(reading, bool) else None
 
 
-def best_read(path: Path, chats: list[list[dict]], share: float) -> list[list[dict]]:
-    """The `share` of `chats` (the first rows of `path`) whose rows read best, in the file's order."""
-    if share >= 1:
-        return chats
-    readings = []
-    for number, row in read_jsonl_numbered(path):
-        if len(readings) == len(chats):
-            break
-        reading = row_reading(row)
-        if reading is None:
-            raise InputFileError(f"{path}:{number}: no number in \"reading\"; [sft] keep_best_read needs a data run with [data] score_answers = true")
-        readings.append(reading)
-    kept = sorted(sorted(range(len(chats)), key=lambda i: -readings[i])[: max(1, math.ceil(share * len(chats)))])
-    return [chats[i] for i in kept]
+def best_read(path: Path, chats: list[list[dict]], share: float, repair_share: float = 0.0) -> list[list[dict]]:
+    """The chats to train on, in the file's order: `share` of `chats` (the first rows of `path`)
+    that are not repair rows, those whose rows read best; with `repair_share`, that share of
+    them replaced by the best-read repair rows (a data run's [data] repair_turns)."""
+    rows = [(number, row) for (number, row), _ in zip(read_jsonl_numbered(path), chats)]
+    turn_one = [i for i, (_, row) in enumerate(rows) if row.get("repair") is not True]
+    repairs = [i for i, (_, row) in enumerate(rows) if row.get("repair") is True]
+    total = len(turn_one) if share >= 1 else max(1, math.ceil(share * len(turn_one)))
+    n_repair = round(repair_share * total)
+    if n_repair > len(repairs):
+        raise InputFileError(f"{path}: [sft] repair_share = {repair_share} takes {n_repair} repair rows, the file has {len(repairs)}; "
+                             "make the data with [data] repair_turns = true, or lower repair_share")
+
+    def best(indices: list[int], n: int) -> list[int]:
+        if n >= len(indices):
+            return indices
+        readings = {}
+        for i in indices:
+            reading = row_reading(rows[i][1])
+            if reading is None:
+                raise InputFileError(f"{path}:{rows[i][0]}: no number in \"reading\"; [sft] keep_best_read needs a data run with [data] score_answers = true")
+            readings[i] = reading
+        return sorted(indices, key=lambda i: -readings[i])[:n]
+
+    kept = sorted(best(turn_one, total - n_repair) + best(repairs, n_repair))
+    return chats if len(kept) == len(chats) else [chats[i] for i in kept]
 
 
 def preflight(recipe) -> None:
@@ -163,6 +180,11 @@ def preflight(recipe) -> None:
         unread = next((n for n, row in rows if row_reading(row) is None), None)
         if unread is not None:
             raise ConfigError(f"{recipe.path}: [sft] keep_best_read: {s.train_file}:{unread} has no \"reading\"; make the data with [data] score_answers = true, or set keep_best_read = 1")
+    if s.repair_share > 0:
+        try:
+            best_read(s.train_file, [row["messages"] for _, row in rows], s.keep_best_read, s.repair_share)
+        except InputFileError as exc:
+            raise ConfigError(f"{recipe.path}: {exc}") from None
     bad = [n for n, row in rows if not is_emoji_only(row["messages"][-1]["content"], lo, hi)]
     if bad:
         share = len(bad) / len(rows)
@@ -262,7 +284,7 @@ def run(recipe, run_dir) -> None:
     from emojikit.api.policy import AdamParams, SamplingParams
 
     s: SFTSettings = recipe.settings["sft"]
-    train = best_read(s.train_file, load_chats(s.train_file, s.max_train_examples), s.keep_best_read)
+    train = best_read(s.train_file, load_chats(s.train_file, s.max_train_examples), s.keep_best_read, s.repair_share)
     test = load_chats(s.test_file)
     steps = s.steps or s.epochs * math.ceil(len(train) / s.batch_size)
 

@@ -31,6 +31,7 @@ from emojikit.api.components import (
     JudgeView,
     Message,
     PromptSource,
+    RepairTeacher,
     Reward,
     SuccessThreshold,
     TargetBelief,
@@ -63,7 +64,7 @@ __all__ = [
     "Message", "JudgeView", "Episode", "EpisodeTurn", "FormatCheck",
     "Sample", "SamplingParams", "Datum", "LossOutput", "AdamParams", "ChatMessages",
     # optional capabilities
-    "CandidatePool", "TargetBelief", "SuccessThreshold", "BindingReport", "SampleTotals", "StoredStep", "DEFAULT_SUCCESS_THRESHOLD",
+    "CandidatePool", "TargetBelief", "RepairTeacher", "SuccessThreshold", "BindingReport", "SampleTotals", "StoredStep", "DEFAULT_SUCCESS_THRESHOLD",
     # the emoji format
     "EmojiFormat", "DEFAULT_FORMAT", "format_of", "emojis",
     # errors a plugin raises

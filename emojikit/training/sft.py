@@ -36,7 +36,7 @@ class SFTSettings(ConfigModel):
     test_file: Path = Field(DEFAULT_DATA_FILES[1], description="Held-out chat-format JSONL (eval NLL, final report).")
     max_train_examples: Optional[int] = Field(None, ge=1, description="Use only the first N training examples.")
     keep_best_read: float = Field(
-        1.0, gt=0, le=1, description="Train on this share of the training chats: those whose teacher answer reads best (each row's "
+        1.0, gt=0, le=1, description="Train on this share of the training chats (those not marked \"repair\"): those whose teacher answer reads best (each row's "
         "`reading`, written by a data recipe with [data] score_answers); 1: every chat. The main job sees about half its data once, "
         "so it keeps the half its readers decode best (docs/experiments/learning-per-minute.md)."
     )

@@ -64,7 +64,7 @@ def run(args) -> dict:
     teacher = recipe.build("teacher", run_dir.path)
 
     began = time.perf_counter()
-    made = data.repair_turns(judge, teacher, list(zip([Message(m) for m in messages], firsts)))
+    made, _ = data.repair_turns(judge, teacher, list(zip([Message(m) for m in messages], firsts)), [r["reading"] for r in rows])
     seconds = time.perf_counter() - began
     index = {m: i for i, m in enumerate(messages)}
     guesses = {index[m.text]: g for m, _, g, _, _ in made}

@@ -335,7 +335,7 @@ def test_repair_turns_write_the_teachers_second_turn_where_the_judge_misses(tmp_
     from emojikit.api.components import JudgeView, Message
     from emojikit.api.format import DEFAULT_FORMAT
     from emojikit.composition.recipe import load_recipe
-    from emojikit.training.data import answer_reader
+    from emojikit.training.data import answer_reader, repair_turns
     from emojikit_text.lexicon import LexiconConfig
     from emojikit_text.repair import LexiconRepairTeacher
 
@@ -345,7 +345,7 @@ def test_repair_turns_write_the_teachers_second_turn_where_the_judge_misses(tmp_
              "The flight to Paris got cancelled", "The train to Paris got cancelled", "Our Paris trip got cancelled",
              "I am so happy today", "Today I am very happy", "Happy happy day"]
     f.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-    recipe = _data_recipe(tmp_path, f'use = "jsonl"\npath = "{f}"', "test_fraction = 0.0\nrl_count = 0\nscore_answers = true\nrepair_turns = true")
+    recipe = _data_recipe(tmp_path, f'use = "jsonl"\npath = "{f}"', "test_fraction = 0.0\nrl_count = 0\nscore_answers = true\nrepair_turns = true\nrepair_turns_share = 1")
     recipe.write_text(recipe.read_text(encoding="utf-8").replace('use = "lexicon"', 'use = "lexicon-repair"')
                       + '\n[judge]\nuse = "retrieval"\ndistractors = 0\n', encoding="utf-8")
     result = CliRunner().invoke(cli, ["run", str(recipe)])
@@ -354,7 +354,7 @@ def test_repair_turns_write_the_teachers_second_turn_where_the_judge_misses(tmp_
     first, repairs = [r for r in rows if "repair" not in r], [r for r in rows if r.get("repair") is True]
     assert sorted(r["messages"][1]["content"] for r in first) == sorted(texts)  # the one-turn rows as without repair_turns
     stats = json.loads((tmp_path / "run" / "data_stats.json").read_text(encoding="utf-8"))
-    assert 0 < len(repairs) == stats["repair_turns"] and stats["repair_turns_seconds"] >= 0
+    assert 0 < len(repairs) == stats["repair_turns"] <= stats["repair_turns_misses"] and stats["repair_turns_seconds"] >= 0
 
     judge = answer_reader(load_recipe(recipe), type("RunDir", (), {"path": tmp_path / "scratch"})())
     judge.add_candidates(texts)
@@ -371,6 +371,14 @@ def test_repair_turns_write_the_teachers_second_turn_where_the_judge_misses(tmp_
         assert turn2["content"] == teacher.repair([target], [guesses[target]], [answer[target]])[0]
         belief = judge.target_logprobs([JudgeView(emoji_turns=[turn1["content"], turn2["content"]], guesses=[guesses[target]])], [target])[0]
         assert row["reading"] == pytest.approx(belief, abs=1e-4)
+
+    # repair_turns_share: only the misses whose first turn reads best get a second turn.
+    reading = {r["messages"][1]["content"]: r["reading"] for r in first}
+    pairs = [(Message(t), answer[t]) for t in texts]
+    half, misses = repair_turns(judge, teacher, pairs, [reading[t] for t in texts], share=0.5)
+    assert misses == len(missed)
+    best_half = sorted(missed, key=lambda t: -reading[t])[: math.ceil(len(missed) / 2)]
+    assert sorted(m.text for m, *_ in half) == sorted(best_half)
 
 
 @pytest.mark.parametrize("teacher, data, says", [

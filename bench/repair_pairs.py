@@ -54,7 +54,8 @@ def run(args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    rows = [json.loads(line) for line in Path(args.train).read_text(encoding="utf-8").splitlines()][: args.pairs or None]
+    rows = [json.loads(line) for line in Path(args.train).read_text(encoding="utf-8").splitlines()]
+    rows = [r for r in rows if r.get("repair") is not True][: args.pairs or None]  # the one-turn pairs (a run with repair_turns has both)
     messages = [r["messages"][1]["content"] for r in rows]
     firsts = [r["messages"][2]["content"] for r in rows]
     recipe = load_recipe(ROOT / "recipes" / "data.toml", ["teacher.use=lexicon-repair"])

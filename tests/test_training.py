@@ -115,6 +115,23 @@ def test_repair_share_replaces_that_share_of_the_kept_chats_with_the_best_read_r
         best_read(data, chats, 1.0, repair_share=0.9)
 
 
+def test_repair_share_on_data_without_repair_rows_is_one_line_before_any_run(tmp_path):
+    from click.testing import CliRunner
+
+    from emojikit.ui.cli import cli
+
+    data = tmp_path / "plain.jsonl"
+    write_chats(data, 10)
+    out = tmp_path / "never"
+    result = CliRunner().invoke(cli, ["run", str(ROOT / "recipes/sft.toml"), "--set", f"sft.train_file={json.dumps(str(data))}",
+                                      "--set", f"sft.test_file={json.dumps(str(data))}", "--set", "sft.keep_best_read=1",
+                                      "--set", "sft.repair_share=0.2", "--set", f"out={json.dumps(str(out))}"])
+    assert result.exit_code == 2, result.output
+    line = next(l for l in result.output.splitlines() if "repair_share" in l)
+    assert f"recipes/sft.toml: {data}: [sft] repair_share = 0.2 takes 2 repair rows, the file has 0" in line and "repair_turns = true" in line
+    assert "Traceback" not in result.output and not out.exists()
+
+
 def test_keep_best_read_on_data_without_readings_is_one_line_before_any_run(tmp_path):
     from click.testing import CliRunner
 

@@ -76,7 +76,7 @@ class DataSettings(ConfigModel):
     repair_turns_share: float = Field(
         0.5, gt=0, le=1, description="Repair turns for this share of the missed pairs, those whose first turn reads best: a repair "
         "reads about as well as its first turn (on the default data the best-read 962 repairs are 98.8 % among the better half of the "
-        "misses), so half of them cost half and lose few. 1: every miss."
+        "misses; the repair turns in 110 s instead of 209 on an AVX512 CPU). 1: every miss."
     )
 
     @model_validator(mode="after")

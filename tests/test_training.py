@@ -115,7 +115,13 @@ def test_repair_share_replaces_that_share_of_the_kept_chats_with_the_best_read_r
         best_read(data, chats, 1.0, repair_share=0.9)
 
 
-def test_repair_share_on_data_without_repair_rows_is_one_line_before_any_run(tmp_path):
+@pytest.mark.parametrize("sets, key, says", [
+    (["sft.keep_best_read=0.5"], "keep_best_read", ['[sft] keep_best_read: {data}:1 has no "reading"', "score_answers = true"]),
+    (["sft.keep_best_read=1", "sft.repair_share=0.2"], "repair_share",
+     ["recipes/sft.toml: {data}: [sft] repair_share = 0.2 takes 2 repair rows, the file has 0", "repair_turns = true"]),
+])
+def test_data_the_sft_selection_cannot_use_is_one_line_before_any_run(tmp_path, sets, key, says):
+    """keep_best_read < 1 on rows without a reading, repair_share on data without repair rows."""
     from click.testing import CliRunner
 
     from emojikit.ui.cli import cli
@@ -124,28 +130,11 @@ def test_repair_share_on_data_without_repair_rows_is_one_line_before_any_run(tmp
     write_chats(data, 10)
     out = tmp_path / "never"
     result = CliRunner().invoke(cli, ["run", str(ROOT / "recipes/sft.toml"), "--set", f"sft.train_file={json.dumps(str(data))}",
-                                      "--set", f"sft.test_file={json.dumps(str(data))}", "--set", "sft.keep_best_read=1",
-                                      "--set", "sft.repair_share=0.2", "--set", f"out={json.dumps(str(out))}"])
-    assert result.exit_code == 2, result.output
-    line = next(l for l in result.output.splitlines() if "repair_share" in l)
-    assert f"recipes/sft.toml: {data}: [sft] repair_share = 0.2 takes 2 repair rows, the file has 0" in line and "repair_turns = true" in line
-    assert "Traceback" not in result.output and not out.exists()
-
-
-def test_keep_best_read_on_data_without_readings_is_one_line_before_any_run(tmp_path):
-    from click.testing import CliRunner
-
-    from emojikit.ui.cli import cli
-
-    data = tmp_path / "plain.jsonl"
-    write_chats(data, 4)
-    out = tmp_path / "never"
-    result = CliRunner().invoke(cli, ["run", str(ROOT / "recipes/sft.toml"), "--set", f"sft.train_file={json.dumps(str(data))}",
-                                      "--set", f"sft.test_file={json.dumps(str(data))}", "--set", "sft.keep_best_read=0.5",
+                                      "--set", f"sft.test_file={json.dumps(str(data))}", *[a for v in sets for a in ("--set", v)],
                                       "--set", f"out={json.dumps(str(out))}"])
     assert result.exit_code == 2, result.output
-    line = next(l for l in result.output.splitlines() if "keep_best_read" in l)
-    assert f"[sft] keep_best_read: {data}:1 has no \"reading\"" in line and "score_answers = true" in line
+    line = next(l for l in result.output.splitlines() if key in l)
+    assert all(fragment.format(data=data) in line for fragment in says), line
     assert "Traceback" not in result.output and not out.exists()
 
 

@@ -65,6 +65,13 @@ def peak_rss_mb() -> float:
     return kilobytes / 1024 / (1024 if sys.platform == "darwin" else 1)
 
 
+def require_data(*paths: Path) -> None:
+    """Stop with one line when a data run's file a benchmark reads is missing."""
+    for path in paths:
+        if not path.exists():
+            raise SystemExit(f"{path}: not found (make it with: emojikit run recipes/data.toml)")
+
+
 def parser(doc: str, *, threads: int) -> argparse.ArgumentParser:
     """A benchmark's argument parser with the flags every script takes: --threads, --seed, --json."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])

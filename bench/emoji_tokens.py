@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, peak_rss_mb, parser as bench_parser, print_header  # noqa: E402
+from common import machine, peak_rss_mb, parser as bench_parser, print_header, require_data  # noqa: E402
 
 SIDES = ("bytes", "names")
 
@@ -97,9 +97,7 @@ def run(args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    for path in (args.train_file, args.test_file):
-        if not path.exists():
-            raise SystemExit(f"{path}: not found (make it with: emojikit run recipes/data.toml)")
+    require_data(args.train_file, args.test_file)
     train_chats = load_chats(args.train_file)
     test_chats = load_chats(args.test_file, limit=args.test)
     sides = [train_side(side, train_chats, test_chats, args) for side in SIDES]

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, parser as bench_parser, print_header  # noqa: E402
+from common import machine, parser as bench_parser, print_header, require_data  # noqa: E402
 
 
 def padded_share(datums, packed: bool) -> float:
@@ -48,8 +48,7 @@ def run(args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if not args.train_file.exists():
-        raise SystemExit(f"{args.train_file}: not found (make it with: emojikit run recipes/data.toml)")
+    require_data(args.train_file)
     chats = load_chats(args.train_file, limit=args.limit)
     policies, packs = {}, {}
     for name, pack in (("random, one a row", False), ("random, packed", True), (f"grouped by length ({args.group})", True)):

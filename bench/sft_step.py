@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, peak_rss_mb, parser as bench_parser, print_header  # noqa: E402
+from common import machine, parser as bench_parser, peak_rss_mb, print_header, require_data  # noqa: E402
 
 SETTINGS = [("float32", 8), ("float32", 16), ("bfloat16", 8), ("bfloat16", 16), ("compute:bfloat16", 16)]
 
@@ -53,8 +53,7 @@ def run(args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if not args.train_file.exists():
-        raise SystemExit(f"{args.train_file}: not found (make it with: emojikit run recipes/data.toml)")
+    require_data(args.train_file)
     chats = load_chats(args.train_file, limit=args.batch * (args.rounds + 1))
     policies = {}
     for dtype, micro in [SETTINGS[i] for i in args.settings]:

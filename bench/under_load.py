@@ -4,6 +4,7 @@ thread settings and OpenMP wait policies: how much a busy machine slows a step.
     python bench/under_load.py                   # threads 1 and 2 x wait policy default/emojikit/PASSIVE, two small-op competitors
     python bench/under_load.py --json
     python bench/under_load.py --threads 2 --wait-policy PASSIVE spin3000   # some settings only
+    python bench/under_load.py --threads 2 --wait-policy emojikit --parallel rows ops --lora-layers 10   # rows or products split across threads
     python bench/under_load.py --competitor busy --competitors 1 --nice 10  # the case first reported: one niced busy loop
     taskset -c 1 python bench/under_load.py --threads 1 --wait-policy PASSIVE --steps 1 --rounds 1 --batch 2  # smoke run
 
@@ -18,7 +19,9 @@ one: 2.5x). The step is the one recipes/sft.toml trains: LoRA on the bundled mod
 `dtype = "auto"` (bf16 where the CPU has bf16 units, else float32), one micro-batch of
 `--batch` chats (the SFT training file `emojikit run recipes/data.toml` makes, or chats built
 from bench/common's messages without it). The table gives the median seconds per step alone and
-loaded, their ratio (the slowdown) and the slowest loaded step.
+loaded, their ratio (the slowdown) and the slowest loaded step. `--parallel` compares the local
+backend's two ways of sharing a pass among two threads: each thread its own rows of the batch
+(`rows`, the default) or every product split across them (`ops`).
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ def worker(args) -> dict:
     torch.set_num_threads(args.threads)
     data, source = chats(args.train_file, args.batch * 8)
     model, tokenizer = load_model_and_tokenizer(SMOLLM2)
-    policy = LocalPolicy(model, tokenizer, LocalConfig(dtype="auto", micro_batch_size=args.batch), seed=args.seed)
+    config = LocalConfig(dtype="auto", micro_batch_size=args.batch, parallel=args.parallel[0], lora_layers=args.lora_layers)
+    policy = LocalPolicy(model, tokenizer, config, seed=args.seed)
     index = 0
 
     def step() -> float:
@@ -133,7 +137,7 @@ def worker(args) -> dict:
             "environment": {k: os.environ.get(k) for k in WAIT_VARIABLES}}
 
 
-def run_setting(args, threads: int, policy: str) -> dict:
+def run_setting(args, threads: int, policy: str, parallel: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     for key in WAIT_VARIABLES:
         env.pop(key, None)
@@ -146,15 +150,16 @@ def run_setting(args, threads: int, policy: str) -> dict:
     command = [sys.executable, __file__, "--worker", "--threads", str(threads), "--seed", str(args.seed), "--batch", str(args.batch),
                "--steps", str(args.steps), "--rounds", str(args.rounds), "--nice", str(args.nice), "--ramp-s", str(args.ramp_s),
                "--train-file", str(args.train_file), "--competitor", args.competitor, "--competitors", str(args.competitors),
-               "--wait-policy", policy]
+               "--wait-policy", policy, "--parallel", parallel] + (["--lora-layers", str(args.lora_layers)] if args.lora_layers else [])
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"worker (threads {threads}, wait policy {policy}) failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"worker (threads {threads}, wait policy {policy}, parallel {parallel}) failed:\n{done.stderr[-3000:]}")
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     alone, loaded = statistics.median(measured["alone"]), statistics.median(measured["loaded"])
     return {
         "threads": threads,
         "wait_policy": policy,
+        "parallel": parallel,
         "alone_s": round(alone, 3),
         "loaded_s": round(loaded, 3),
         "slowdown": round(loaded / alone, 2),
@@ -169,11 +174,12 @@ def run_setting(args, threads: int, policy: str) -> dict:
 def run(args) -> dict:
     threads = (args.threads,) if args.threads else THREAD_SETTINGS
     policies = args.wait_policy or WAIT_POLICIES
-    rows = [run_setting(args, t, policy) for t in threads for policy in policies]
+    rows = [run_setting(args, t, policy, parallel) for t in threads for policy in policies for parallel in (args.parallel if t > 1 else args.parallel[:1])]
     return {
         "machine": machine(),
         "config": {"batch": args.batch, "steps": args.steps, "rounds": args.rounds, "competitor": args.competitor, "competitors": args.competitors,
-                   "competitor_nice": args.nice, "data": rows[0]["data"], "step": "SFT forward_backward + optim_step, dtype auto, one micro-batch"},
+                   "competitor_nice": args.nice, "data": rows[0]["data"], "lora_layers": args.lora_layers or "all",
+                   "step": "SFT forward_backward + optim_step, dtype auto, one micro-batch"},
         "rows": rows,
         "goal_slowdown": GOALS[args.competitor],
     }
@@ -190,6 +196,8 @@ def main() -> None:
     parser.add_argument("--competitors", type=int, default=2, help="how many competing processes")
     parser.add_argument("--nice", type=int, default=0, help="niceness of the competing processes (the case first reported: 10)")
     parser.add_argument("--ramp-s", type=float, default=2.0, help="seconds the competitors run before the loaded steps start")
+    parser.add_argument("--parallel", nargs="+", choices=("rows", "ops"), default=["rows"], help="how two or more threads share the step: rows (the local backend's default) or ops; several: each in turn")
+    parser.add_argument("--lora-layers", type=int, help="LoRA in the last N layers (recipes/sft.toml: 10); default: every layer")
     parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one setting, run by the parent
     args = parser.parse_args()
@@ -199,10 +207,11 @@ def main() -> None:
     result = run(args)
     if print_header(result, args.json):
         return
-    print(f"{'threads':>7} {'wait policy':<12} {'alone s/step':>12} {'loaded s/step':>13} {'slowdown':>9} {'loaded max':>10}")
+    print(f"{'threads':>7} {'wait policy':<12} {'parallel':<8} {'alone s/step':>12} {'loaded s/step':>13} {'slowdown':>9} {'loaded max':>10}")
     for row in result["rows"]:
         mark = "" if row["within_goal"] else f"  over {result['goal_slowdown']}x"
-        print(f"{row['threads']:>7} {row['wait_policy']:<12} {row['alone_s']:>12.3f} {row['loaded_s']:>13.3f} {row['slowdown']:>8.2f}x {row['loaded_max_s']:>10.3f}{mark}")
+        parallel = row["parallel"] if row["threads"] > 1 else "-"
+        print(f"{row['threads']:>7} {row['wait_policy']:<12} {parallel:<8} {row['alone_s']:>12.3f} {row['loaded_s']:>13.3f} {row['slowdown']:>8.2f}x {row['loaded_max_s']:>10.3f}{mark}")
 
 
 if __name__ == "__main__":

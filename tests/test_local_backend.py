@@ -18,6 +18,7 @@ from emojikit_local.config import LocalConfig
 from emojikit_local.loading import load_model, load_model_and_tokenizer
 from emojikit_local.plugin import check_model_available
 from emojikit_local.policy import LocalPolicy
+from emojikit_local.rows import split_rows
 from emojikit_local.scoring import MIN_COMMON_PREFIX, common_prefix_length, prefix_key
 
 TINY_VOCAB = 64
@@ -83,7 +84,9 @@ def tiny_tokenizer():
     return tokenizer
 
 
-def tiny_policy(layers: int = 2, **config) -> LocalPolicy:
+def tiny_policy(layers: int = 2, row_threads: int = 0, **config) -> LocalPolicy:
+    """row_threads: a policy built while torch has that many threads, so that with parallel =
+    "rows" (the default) it splits each micro-batch among that many row workers."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -95,7 +98,12 @@ def tiny_policy(layers: int = 2, **config) -> LocalPolicy:
     model = LlamaForCausalLM(model_config).eval()
     config.setdefault("model", "tiny-test")
     config.setdefault("micro_batch_size", 2)
-    return LocalPolicy(model, tiny_tokenizer(), LocalConfig(**config), seed=0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(row_threads or before)
+    try:
+        return LocalPolicy(model, tiny_tokenizer(), LocalConfig(**config), seed=0)
+    finally:
+        torch.set_num_threads(before)
 
 
 def random_datums(n=5, seed=0, prompts="distinct"):
@@ -138,10 +146,12 @@ def trainable_grads(policy):
     return [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in policy.trainable]
 
 
+@pytest.mark.parametrize("row_threads", [0, 2])
 @pytest.mark.parametrize("prompts", ["distinct", "grouped", "common"])
 @pytest.mark.parametrize("loss", ["ppo", "importance_sampling", "cross_entropy"])
-def test_losses_match_a_hand_computation(loss, prompts):
-    policy = tiny_policy(micro_batch_size=3)
+def test_losses_match_a_hand_computation(loss, prompts, row_threads):
+    policy = tiny_policy(micro_batch_size=3, row_threads=row_threads)
+    assert (policy.row_workers is not None) == (row_threads == 2)
     # move off the zero-initialised LoRA B so gradients reach every LoRA matrix
     for p in policy.trainable:
         torch.nn.init.normal_(p, std=0.05)
@@ -428,12 +438,14 @@ def test_resuming_with_another_lora_b_lr_ratio_grouping_names_the_optimizer_file
         tiny_policy().load(saved)
 
 
+@pytest.mark.parametrize("row_threads", [0, 2])
 @pytest.mark.parametrize("pack", [False, True])
 @pytest.mark.parametrize("prompts", ["distinct", "grouped", "common"])
-def test_a_training_pass_after_the_reference_pass_reuses_the_layers_below_the_adapter(prompts, pack):
+def test_a_training_pass_after_the_reference_pass_reuses_the_layers_below_the_adapter(prompts, pack, row_threads):
     """With LoRA in the top layer of three, forward_backward takes the two lower layers' output
-    from the reference pass on the same batch, and trains exactly as when it runs them."""
-    replaying, running = (tiny_policy(layers=3, lora_layers=1, micro_batch_size=3, pack_rows=pack) for _ in range(2))
+    from the reference pass on the same batch, and trains exactly as when it runs them; with
+    row workers, each part of a micro-batch replays what the same part recorded."""
+    replaying, running = (tiny_policy(layers=3, lora_layers=1, micro_batch_size=3, pack_rows=pack, row_threads=row_threads) for _ in range(2))
     assert replaying.lower_layers.depth == 2
     for a, b in zip(replaying.trainable, running.trainable):
         torch.nn.init.normal_(a, std=0.05, generator=torch.Generator().manual_seed(a.numel()))
@@ -442,7 +454,8 @@ def test_a_training_pass_after_the_reference_pass_reuses_the_layers_below_the_ad
     with torch.no_grad():
         for d in datums:
             d.logprobs = (hand_logprobs(replaying.model, d, 1.0) + 0.1).tolist()
-    micro_batches = len(list(replaying._micro_batches(datums)))
+    micro_batches = sum(len(replaying._row_parts([datums[i] for i in batch])) for batch in replaying._micro_batches(datums))
+    assert micro_batches > len(list(replaying._micro_batches(datums))) if row_threads else True
 
     reference = replaying.compute_logprobs(datums, reference=True, weighted_only=True)
     assert len(replaying.lower_layers.entries) == micro_batches
@@ -456,6 +469,60 @@ def test_a_training_pass_after_the_reference_pass_reuses_the_layers_below_the_ad
     assert out.loss == want.loss
     for got, expected in zip(trainable_grads(replaying), trainable_grads(running)):
         assert torch.equal(got, expected)
+
+
+def test_rows_split_into_parts_of_equal_work_keeping_a_shared_prompt_in_one_part():
+    # sizes: tokens per row; rows 0-3 share a prompt (one GRPO group), the rest are alone
+    sizes, keys = [5, 5, 5, 5, 9, 8, 3, 2], ["g", "g", "g", "g", "a", "b", "c", "d"]
+    parts = split_rows(sizes, keys, 2)
+    assert parts == split_rows(sizes, keys, 2)  # the scoring pass and the training pass form the same parts
+    assert sorted(i for part in parts for i in part) == list(range(8)) and all(part == sorted(part) for part in parts)
+    assert any({0, 1, 2, 3} <= set(part) for part in parts)
+    assert sorted(sum(sizes[i] for i in part) for part in parts) == [20, 22]
+    assert split_rows([4], ["a"], 2) == [[0]]  # no empty part
+    assert len(split_rows([1, 1, 1], ["a", "b", "c"], 4)) == 3
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "ppo"])
+def test_row_workers_train_as_one_thread_does_and_the_same_every_run(loss):
+    """parallel = "rows" (two row workers) against "ops" on the same weights and batch: the same
+    loss and gradients up to float rounding; two row-parallel runs give identical gradients."""
+    rows_a, rows_b = tiny_policy(micro_batch_size=4, row_threads=2), tiny_policy(micro_batch_size=4, row_threads=2)
+    ops = tiny_policy(micro_batch_size=4, row_threads=2, parallel="ops")
+    assert rows_a.row_workers.threads == 2 and ops.row_workers is None
+    for a, b, c in zip(rows_a.trainable, rows_b.trainable, ops.trainable):
+        torch.nn.init.normal_(a, std=0.05, generator=torch.Generator().manual_seed(a.numel()))
+        b.data.copy_(a.data)
+        c.data.copy_(a.data)
+    datums = random_datums(n=8, prompts="grouped")
+    with torch.no_grad():
+        for d in datums:
+            d.logprobs = (hand_logprobs(ops.model, d, 1.0) + 0.1).tolist()
+    outs = [policy.forward_backward(datums, loss) for policy in (rows_a, rows_b, ops)]
+    assert outs[0].loss == outs[1].loss and outs[0].metrics == outs[1].metrics
+    assert outs[0].loss == pytest.approx(outs[2].loss, abs=1e-6)
+    for a, b, c in zip(trainable_grads(rows_a), trainable_grads(rows_b), trainable_grads(ops)):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, c, atol=1e-6, rtol=1e-5)
+    assert rows_a.compute_logprobs(datums) == rows_b.compute_logprobs(datums)
+    for got, want in zip(rows_a.compute_logprobs(datums), ops.compute_logprobs(datums)):
+        assert got == pytest.approx(want, abs=1e-5)
+
+
+def test_an_error_in_a_row_worker_is_raised_by_the_step(monkeypatch):
+    import emojikit_local.policy as policy_module
+
+    policy = tiny_policy(micro_batch_size=4, row_threads=2)
+    real = policy_module.target_logprobs
+
+    def fails_on_long_rows(model, datums, **kwargs):
+        if any(len(d.model_input) > 15 for d in datums):
+            raise ValueError("a part failed")
+        return real(model, datums, **kwargs)
+
+    monkeypatch.setattr(policy_module, "target_logprobs", fails_on_long_rows)
+    with pytest.raises(ValueError, match="a part failed"):
+        policy.forward_backward(random_datums(n=8), "cross_entropy")
 
 
 def test_from_a_checkpoint_lora_layers_trains_the_last_layers_and_runs_the_ones_below_once(tmp_path):

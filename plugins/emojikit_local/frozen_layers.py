@@ -14,6 +14,7 @@ the last lower layer's output of each is kept) or replayed (the lower layers pas
 state through untouched, add placeholder keys and values of the right length to a KV cache so
 that its length stays right for the layers above, and the last one returns the kept output).
 The lower layers' own cache entries are never read: their attention is replayed too.
+A unit's state is the calling thread's: the row workers (rows.py) run units side by side.
 
 A training pass can also keep its lower outputs (`keep_bytes`, the local backend's
 `keep_lower_layers_mb`): SFT with `repeat_batches` trains the first pass's batches again on every
@@ -23,6 +24,7 @@ later pass, and a kept batch skips the lower layers there. Kept entries stay unt
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import Hashable, Iterator, Optional
 
@@ -50,9 +52,8 @@ class LowerLayers:
         self.kept_bytes = 0
         self.keep_bytes = keep_bytes
         self.hits = 0  # micro-batches replayed (a test's and a bench's check)
-        self._mode: Optional[str] = None  # "record" or "replay" inside a unit
-        self._outputs: list[torch.Tensor] = []
-        self._call = 0
+        self._unit = _UnitState()  # per thread: "record" or "replay" inside a unit, its outputs and call count
+        self._lock = threading.Lock()  # the stores and their byte counts, shared by the threads
         self._dropout = False
         for index, layer in enumerate(layers[: self.depth] if self.depth else []):
             self._dropout |= any(getattr(m, "p", 0.0) > 0 for m in layer.modules() if isinstance(m, torch.nn.Dropout))
@@ -79,34 +80,37 @@ class LowerLayers:
         keep = keep and self.kept_bytes < self.keep_bytes
         if self.enabled and not (training and self._dropout):
             mode = "replay" if stored is not None else ("record" if record or keep else None)
-        self._mode, self._outputs, self._call = mode, (stored if mode == "replay" else []), 0
+        unit = self._unit
+        unit.mode, unit.outputs, unit.call = mode, (stored if mode == "replay" else []), 0
         try:
             yield
-            if self._mode == "record" and self._outputs:
-                size = sum(t.numel() * t.element_size() for t in self._outputs)
-                if record and self.bytes + size <= self.max_bytes:
-                    self.entries[key] = self._outputs
-                    self.bytes += size
-                elif not record and self.kept_bytes + size <= self.keep_bytes:
-                    self.kept[key] = self._outputs
-                    self.kept_bytes += size
-            elif mode == "replay":
-                self.hits += 1
+            with self._lock:
+                if unit.mode == "record" and unit.outputs:
+                    size = sum(t.numel() * t.element_size() for t in unit.outputs)
+                    if record and self.bytes + size <= self.max_bytes:
+                        self.entries[key] = unit.outputs
+                        self.bytes += size
+                    elif not record and self.kept_bytes + size <= self.keep_bytes:
+                        self.kept[key] = unit.outputs
+                        self.kept_bytes += size
+                elif mode == "replay":
+                    self.hits += 1
         finally:
-            self._mode, self._outputs, self._call = None, [], 0
+            unit.mode, unit.outputs, unit.call = None, [], 0
 
     def _wrap(self, forward, index: int):
         last = index == self.depth - 1
 
         def lower_layer(hidden_states: torch.Tensor, *args, **kwargs):
-            if self._mode != "replay":
+            unit = self._unit
+            if unit.mode != "replay":
                 out = forward(hidden_states, *args, **kwargs)
-                if self._mode == "record" and last:
+                if unit.mode == "record" and last:
                     if not isinstance(out, torch.Tensor):  # a model whose layers return tuples: not kept
-                        self._mode = None
+                        unit.mode = None
                     else:
                         with torch.inference_mode(False):  # a plain tensor, so a later pass with grad can use it
-                            self._outputs.append(out.detach().clone())
+                            unit.outputs.append(out.detach().clone())
                 return out
             cache = kwargs.get("cache", kwargs.get("past_key_values"))
             if cache is not None:
@@ -114,8 +118,17 @@ class LowerLayers:
                 cache.update(placeholder, placeholder, index)
             if not last:
                 return hidden_states
-            out = self._outputs[self._call]
-            self._call += 1
+            out = unit.outputs[unit.call]
+            unit.call += 1
             return out
 
         return lower_layer
+
+
+class _UnitState(threading.local):
+    """The unit a thread is in: mode ("record", "replay" or None), its outputs, calls replayed."""
+
+    def __init__(self) -> None:
+        self.mode: Optional[str] = None
+        self.outputs: list[torch.Tensor] = []
+        self.call = 0

@@ -24,6 +24,7 @@ from emojikit_local.frozen_layers import LowerLayers
 from emojikit_local.hardware import compute_dtype
 from emojikit_local.losses import LOSSES, loss_sum
 from emojikit_local.precision import SamplerCorrection, bfloat16_compute, prepack_available, unadapted_projections
+from emojikit_local.rows import RowWorkers, add_gradients, split_rows
 from emojikit_local.sampling import decode_batch
 from emojikit_local.scoring import first_needed_position, prefix_key, prefix_split, target_logprobs
 
@@ -138,6 +139,9 @@ class LocalPolicy:
         self.correction = SamplerCorrection(config.truncated_is_cap) if corrected else None
         self.model.eval()
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        # parallel = "rows": each CPU thread scores and trains its own rows of a micro-batch (rows.py)
+        threads = torch.get_num_threads()
+        self.row_workers = RowWorkers(threads) if config.parallel == "rows" and threads > 1 and self.device.type == "cpu" else None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.step = 0
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)
@@ -265,19 +269,36 @@ class LocalPolicy:
         constraint = self._constraint(decoder)
         result: list[list[float]] = [[] for _ in datums]
         self.lower_layers.clear()  # keeps this call's batches only: a training pass on them follows
-        with torch.inference_mode(), self._weights(reference):
-            for batch in self._micro_batches(datums):
-                chunk = [datums[i] for i in batch]
+
+        def score(chunk: list[Datum]) -> torch.Tensor:
+            with torch.inference_mode():  # per thread: a row worker's too
                 # weighted_only: as forward_backward scores, a group's shared prompt runs once
                 # and only weighted positions reach the vocabulary projection (0 elsewhere).
                 with self.lower_layers.unit(self._unit_key(chunk, weighted_only), record=True):
-                    logprobs_B_T = target_logprobs(
+                    return target_logprobs(
                         self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget, pad_id=self.pad_id, device=self.device,
                         first_position=first_needed_position(chunk) if weighted_only else 0, share_prefix=weighted_only, weighted_only=weighted_only, pack=self.config.pack_rows,
                     )
-                for row, i in enumerate(batch):
-                    result[i] = logprobs_B_T[row, : len(datums[i].target_tokens)].tolist()
+
+        with self._weights(reference):
+            for batch in self._micro_batches(datums):
+                parts = self._row_parts([datums[i] for i in batch])
+                scored = self._run_parts(lambda part: score([datums[batch[j]] for j in part]), parts)
+                for part, logprobs_B_T in zip(parts, scored):
+                    for row, j in enumerate(part):
+                        result[batch[j]] = logprobs_B_T[row, : len(datums[batch[j]].target_tokens)].tolist()
         return result
+
+    def _row_parts(self, chunk: list[Datum]) -> list[list[int]]:
+        """A micro-batch's rows as the row workers split it (rows.py), or one part of all."""
+        if self.row_workers is None or len(chunk) < 2:
+            return [list(range(len(chunk)))]
+        return split_rows([len(d.model_input) for d in chunk], [prefix_key(d) for d in chunk], self.row_workers.threads)
+
+    def _run_parts(self, fn, parts: list[list[int]]) -> list:
+        if len(parts) == 1:
+            return [fn(parts[0])]  # in this thread, on all of its torch threads
+        return self.row_workers.map(fn, parts)
 
     # -- training ------------------------------------------------------------------
 
@@ -291,27 +312,44 @@ class LocalPolicy:
         n_tokens = float(sum(sum(1 for w in d.weights if w != 0) for d in datums))
         denominator = max(n_tokens, 1.0)
         total, stats = 0.0, {}
-        if self.config.lora_dropout > 0:
+        training = self.config.lora_dropout > 0
+        params = self.trainable
+
+        def train(chunk: list[Datum], in_worker: bool) -> tuple[float, dict, Optional[list]]:
+            """One part's loss and its backward: into .grad here, or returned from a row worker."""
+            part_stats: dict = {}
+            with self.lower_layers.unit(self._unit_key(chunk, True), record=False, training=training, keep=True):
+                logprobs_B_T = target_logprobs(
+                    self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget,
+                    pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk), share_prefix=True, weighted_only=True, pack=self.config.pack_rows,
+                )
+            weights_B_T = self._per_position(chunk, lambda d: d.weights, logprobs_B_T.shape)
+            on_B_T = weights_B_T != 0
+            advantages_B_T = self._per_position(chunk, lambda d: d.advantages or [0.0] * len(d.weights), logprobs_B_T.shape)
+            sampler_B_T = self._per_position(chunk, lambda d: d.logprobs or [0.0] * len(d.weights), logprobs_B_T.shape)
+            if self.correction is not None and loss != "cross_entropy":
+                sampler_B_T, advantages_B_T = self.correction.apply(chunk, self.step, logprobs_B_T, sampler_B_T, advantages_B_T, on_B_T, part_stats)
+            summed, batch_stats = loss_sum(loss, logprobs_B_T[on_B_T], weights_B_T[on_B_T], advantages_B_T[on_B_T], sampler_B_T[on_B_T], clip)
+            for key, value in batch_stats.items():
+                part_stats.setdefault(key, []).append(value)
+            if not in_worker:
+                (summed / denominator).backward()
+                return float(summed.detach()), part_stats, None
+            grads = torch.autograd.grad(summed / denominator, params, allow_unused=True) if summed.requires_grad else None
+            return float(summed.detach()), part_stats, grads
+
+        if training:
             self.model.train()
         try:
             for batch in self._micro_batches(datums):
-                chunk = [datums[i] for i in batch]
-                with self.lower_layers.unit(self._unit_key(chunk, True), record=False, training=self.model.training, keep=True):
-                    logprobs_B_T = target_logprobs(
-                        self.model, chunk, temperature=temperature, constraint=constraint, budget=self.last_sample_budget,
-                        pad_id=self.pad_id, device=self.device, first_position=first_needed_position(chunk), share_prefix=True, weighted_only=True, pack=self.config.pack_rows,
-                    )
-                weights_B_T = self._per_position(chunk, lambda d: d.weights, logprobs_B_T.shape)
-                on_B_T = weights_B_T != 0
-                advantages_B_T = self._per_position(chunk, lambda d: d.advantages or [0.0] * len(d.weights), logprobs_B_T.shape)
-                sampler_B_T = self._per_position(chunk, lambda d: d.logprobs or [0.0] * len(d.weights), logprobs_B_T.shape)
-                if self.correction is not None and loss != "cross_entropy":
-                    sampler_B_T, advantages_B_T = self.correction.apply(chunk, self.step, logprobs_B_T, sampler_B_T, advantages_B_T, on_B_T, stats)
-                summed, batch_stats = loss_sum(loss, logprobs_B_T[on_B_T], weights_B_T[on_B_T], advantages_B_T[on_B_T], sampler_B_T[on_B_T], clip)
-                (summed / denominator).backward()
-                total += float(summed.detach())
-                for key, value in batch_stats.items():
-                    stats.setdefault(key, []).append(value)
+                parts = self._row_parts([datums[i] for i in batch])
+                in_worker = len(parts) > 1
+                done = self._run_parts(lambda part: train([datums[batch[j]] for j in part], in_worker), parts)
+                add_gradients(params, [grads for _, _, grads in done if grads is not None])
+                for summed, part_stats, _ in done:  # in the parts' order: the same sums and stats every run
+                    total += summed
+                    for key, values in part_stats.items():
+                        stats.setdefault(key, []).extend(values)
         finally:
             self.model.eval()
         return LossOutput(loss=total / denominator, n_tokens=n_tokens, metrics=self._metrics(stats, len(datums)))

@@ -490,6 +490,8 @@ def test_row_workers_train_as_one_thread_does_and_the_same_every_run(loss):
     rows_a, rows_b = tiny_policy(micro_batch_size=4, row_threads=2), tiny_policy(micro_batch_size=4, row_threads=2)
     ops = tiny_policy(micro_batch_size=4, row_threads=2, parallel="ops")
     assert rows_a.row_workers.threads == 2 and ops.row_workers is None
+    # each worker computes on one thread, whatever torch's global default is
+    assert rows_a.row_workers.map(lambda part: torch.get_num_threads(), [[0], [1]]) == [1, 1]
     for a, b, c in zip(rows_a.trainable, rows_b.trainable, ops.trainable):
         torch.nn.init.normal_(a, std=0.05, generator=torch.Generator().manual_seed(a.numel()))
         b.data.copy_(a.data)

@@ -47,7 +47,10 @@ class RowWorkers:
         ready = threading.Barrier(threads)
 
         def one_thread() -> None:
-            torch.set_num_threads(1)  # this thread's OpenMP and MKL setting only
+            # torch sets a thread's OpenMP and MKL count from a global default on its first op in
+            # that thread; take that first, then set this thread's own count
+            torch.get_num_threads()
+            torch.set_num_threads(1)
             ready.wait()  # every worker starts (and sets its own) before the pool is used
 
         main_threads = torch.get_num_threads()

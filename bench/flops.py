@@ -255,7 +255,7 @@ def run(args) -> dict:
         if not peaks_before:
             peaks_before = {"float32": matmul_peak(torch.float32, shapes_), "bfloat16": matmul_peak(torch.bfloat16, shapes_)}
         config = LocalConfig(dtype=dtype, micro_batch_size=args.micro_batch_size, seed=args.seed, lora_layers=args.lora_layers, pack_rows=args.pack_rows,
-                             prepack_weights=not args.no_prepack)
+                             prepack_weights=not args.no_prepack, parallel=args.parallel)
         policy = LocalPolicy(model, tokenizer, config, seed=args.seed)
         rows = measure(policy, Shapes(model.config, config.lora_rank, config.lora_layers), args)
         results.append((dtype, rows))
@@ -276,7 +276,7 @@ def run(args) -> dict:
         table[-1]["extra"] = {k: round(v, 6) for k, v in rows["extra"].items()}
     return {
         "machine": machine(),
-        "config": {"threads": torch.get_num_threads(), "rounds": args.rounds, "sft_batch": args.batch, "prompts": args.prompts, "completions": args.completions, "new_tokens": args.new_tokens, "micro_batch_size": args.micro_batch_size, "lora_layers": args.lora_layers, "pack_rows": args.pack_rows, "prepack_weights": not args.no_prepack},
+        "config": {"threads": torch.get_num_threads(), "rounds": args.rounds, "sft_batch": args.batch, "prompts": args.prompts, "completions": args.completions, "new_tokens": args.new_tokens, "micro_batch_size": args.micro_batch_size, "lora_layers": args.lora_layers, "pack_rows": args.pack_rows, "prepack_weights": not args.no_prepack, "parallel": args.parallel},
         "peak_gflop_per_s": {d: round(v, 1) for d, v in peak.items()},
         "peaks_before": {d: {k: round(v, 1) for k, v in p.items()} for d, p in peaks_before.items()},
         "peaks_after": {d: {k: round(v, 1) for k, v in p.items()} for d, p in peaks_after.items()},
@@ -302,6 +302,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     workload_arguments(parser)
     parser.add_argument("--pack-rows", action="store_true", help="the backend's pack_rows: several SFT chats (or samples of one prompt) side by side in a row")
+    parser.add_argument("--parallel", choices=("rows", "ops"), default="rows", help="the backend's parallel: each thread its own rows of a scoring or training pass (the default), or every product split across the threads")
     parser.add_argument("--no-prepack", action="store_true", help="the backend's prepack_weights = false: bf16 products from plain weights (bench/prepack.py compares both in one run)")
     args = parser.parse_args()
     if args.dtypes is None:

@@ -471,16 +471,17 @@ def test_a_training_pass_after_the_reference_pass_reuses_the_layers_below_the_ad
         assert torch.equal(got, expected)
 
 
-def test_rows_split_into_parts_of_equal_work_keeping_a_shared_prompt_in_one_part():
+def test_rows_split_by_length_into_parts_of_equal_padded_work_keeping_a_shared_prompt_in_one_part():
     # sizes: tokens per row; rows 0-3 share a prompt (one GRPO group), the rest are alone
     sizes, keys = [5, 5, 5, 5, 9, 8, 3, 2], ["g", "g", "g", "g", "a", "b", "c", "d"]
     parts = split_rows(sizes, keys, 2)
+    assert parts == [[0, 1, 2, 3, 6, 7], [4, 5]]  # 6 rows padded to 5 tokens, 2 rows to 9
     assert parts == split_rows(sizes, keys, 2)  # the scoring pass and the training pass form the same parts
-    assert sorted(i for part in parts for i in part) == list(range(8)) and all(part == sorted(part) for part in parts)
-    assert any({0, 1, 2, 3} <= set(part) for part in parts)
-    assert sorted(sum(sizes[i] for i in part) for part in parts) == [20, 22]
+    assert split_rows([10] * 16, list(range(16)), 2) == [list(range(8)), list(range(8, 16))]
+    # the largest part is as small as any cut by length makes it: one long row alone
+    assert split_rows([3, 50, 4, 5, 6, 7, 8, 9], list(range(8)), 2) == [[0, 2, 3, 4, 5, 6, 7], [1]]
     assert split_rows([4], ["a"], 2) == [[0]]  # no empty part
-    assert len(split_rows([1, 1, 1], ["a", "b", "c"], 4)) == 3
+    assert split_rows([1, 1, 1], ["a", "b", "c"], 4) == [[0], [1], [2]]
 
 
 @pytest.mark.parametrize("loss", ["cross_entropy", "ppo"])

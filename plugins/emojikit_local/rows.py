@@ -23,20 +23,41 @@ T = TypeVar("T")
 
 
 def split_rows(sizes: Sequence[int], keys: Sequence[object], parts: int) -> list[list[int]]:
-    """Row indices in `parts` lists of about equal work (`sizes`: tokens per row). Rows that share
-    a key (a GRPO group's prompt, run once for all of them) stay in one part; within a part rows
-    keep their order. Deterministic: the same rows split the same way, so a scoring pass and the
-    training pass after it form the same parts. Empty parts are dropped."""
-    groups: dict[object, list[int]] = {}
+    """Row indices in at most `parts` lists of about equal work. A part runs its rows padded to
+    its longest (`sizes`: tokens per row), so rows are cut by length: the shortest rows in one
+    part, the longest in another, the cuts placed so that the largest part (rows x longest) is
+    as small as it can be. Rows that share a key (a GRPO group's prompt, run once for all of them)
+    stay in one part; within a part rows keep their order. Deterministic: a scoring pass and the
+    training pass after it form the same parts."""
+    by_key: dict[object, list[int]] = {}
     for i, key in enumerate(keys):
-        groups.setdefault(key, []).append(i)
-    load, chosen = [0] * parts, [[] for _ in range(parts)]
-    # the largest groups first, each to the least loaded part (ties: the lower part)
-    for rows in sorted(groups.values(), key=lambda rows: (-sum(sizes[i] for i in rows), rows[0])):
-        part = min(range(parts), key=lambda p: (load[p], p))
-        chosen[part] += rows
-        load[part] += sum(sizes[i] for i in rows)
-    return [sorted(rows) for rows in chosen if rows]
+        by_key.setdefault(key, []).append(i)
+    groups = sorted(by_key.values(), key=lambda rows: (max(sizes[i] for i in rows), rows[0]))
+    longest = [max(sizes[i] for i in rows) for rows in groups]
+    count = [0]
+    for rows in groups:
+        count.append(count[-1] + len(rows))
+
+    def cost(a: int, b: int) -> int:  # groups a..b-1 as one part (longest last: sorted)
+        return (count[b] - count[a]) * longest[b - 1]
+
+    # best[p][j]: the smallest largest part over the first j groups cut into p parts
+    n, inf = len(groups), float("inf")
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0
+    for p in range(1, parts + 1):
+        for j in range(1, n + 1):
+            for i in range(p - 1, j):
+                value = max(best[p - 1][i], cost(i, j))
+                if value < best[p][j]:
+                    best[p][j], cut[p][j] = value, i
+    p = min(range(1, parts + 1), key=lambda q: (best[q][n], q)) if n else 0
+    bounds, j = [], n
+    while p > 0:
+        bounds.append((cut[p][j], j))
+        j, p = cut[p][j], p - 1
+    return [sorted(i for rows in groups[a:b] for i in rows) for a, b in reversed(bounds)]
 
 
 class RowWorkers:

@@ -302,7 +302,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     workload_arguments(parser)
     parser.add_argument("--pack-rows", action="store_true", help="the backend's pack_rows: several SFT chats (or samples of one prompt) side by side in a row")
-    parser.add_argument("--parallel", choices=("rows", "ops"), default="rows", help="the backend's parallel: each thread its own rows of a scoring or training pass (the default), or every product split across the threads")
+    parser.add_argument("--parallel", choices=("auto", "rows", "ops"), default="auto", help="the backend's parallel: each thread its own rows of a scoring or training pass, or every product split across the threads; auto: rows in float32, ops in bf16")
     parser.add_argument("--no-prepack", action="store_true", help="the backend's prepack_weights = false: bf16 products from plain weights (bench/prepack.py compares both in one run)")
     args = parser.parse_args()
     if args.dtypes is None:

@@ -21,7 +21,8 @@ one: 2.5x). The step is the one recipes/sft.toml trains: LoRA on the bundled mod
 from bench/common's messages without it). The table gives the median seconds per step alone and
 loaded, their ratio (the slowdown) and the slowest loaded step. `--parallel` compares the local
 backend's two ways of sharing a pass among two threads: each thread its own rows of the batch
-(`rows`, the default) or every product split across them (`ops`).
+(`rows`) or every product split across them (`ops`); `auto`, the backend's default, is rows where
+the step computes in float32 and ops in bf16.
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ def main() -> None:
     parser.add_argument("--competitors", type=int, default=2, help="how many competing processes")
     parser.add_argument("--nice", type=int, default=0, help="niceness of the competing processes (the case first reported: 10)")
     parser.add_argument("--ramp-s", type=float, default=2.0, help="seconds the competitors run before the loaded steps start")
-    parser.add_argument("--parallel", nargs="+", choices=("rows", "ops"), default=["rows"], help="how two or more threads share the step: rows (the local backend's default) or ops; several: each in turn")
+    parser.add_argument("--parallel", nargs="+", choices=("auto", "rows", "ops"), default=["auto"], help="how two or more threads share the step: the local backend's parallel setting, auto (its default: rows in float32, ops in bf16), rows or ops; several: each in turn")
     parser.add_argument("--lora-layers", type=int, help="LoRA in the last N layers (recipes/sft.toml: 10); default: every layer")
     parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one setting, run by the parent

@@ -484,6 +484,14 @@ def test_rows_split_by_length_into_parts_of_equal_padded_work_keeping_a_shared_p
     assert split_rows([1, 1, 1], ["a", "b", "c"], 4) == [[0], [1], [2]]
 
 
+def test_row_workers_by_default_where_the_run_computes_in_float32_and_when_asked():
+    assert tiny_policy(row_threads=2).row_workers.threads == 2
+    assert tiny_policy(row_threads=2, dtype="bfloat16").row_workers is None  # auto: not yet measured with bf16 units
+    assert tiny_policy(row_threads=2, dtype="bfloat16", parallel="rows").row_workers.threads == 2
+    assert tiny_policy(row_threads=2, parallel="ops").row_workers is None
+    assert tiny_policy(row_threads=1).row_workers is None  # one thread: nothing to split
+
+
 @pytest.mark.parametrize("loss", ["cross_entropy", "ppo"])
 def test_row_workers_train_as_one_thread_does_and_the_same_every_run(loss):
     """parallel = "rows" (two row workers) against "ops" on the same weights and batch: the same

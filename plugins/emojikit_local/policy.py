@@ -140,8 +140,9 @@ class LocalPolicy:
         self.model.eval()
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         # parallel = "rows": each CPU thread scores and trains its own rows of a micro-batch (rows.py)
+        parallel = config.parallel if config.parallel != "auto" else ("rows" if self.dtype == "float32" else "ops")
         threads = torch.get_num_threads()
-        self.row_workers = RowWorkers(threads) if config.parallel == "rows" and threads > 1 and self.device.type == "cpu" else None
+        self.row_workers = RowWorkers(threads) if parallel == "rows" and threads > 1 and self.device.type == "cpu" else None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.step = 0
         self.generator = torch.Generator(device=self.device).manual_seed(self.seed)

@@ -119,13 +119,14 @@ def training_flops(forward: dict[str, float], head: float, adapted: float = 1.0,
 def scored_tokens(policy, datums) -> tuple[list[int], int]:
     """(context length of every token run, positions projected through the head) when
     forward_backward / compute_logprobs(weighted_only=True) score `datums`: per micro-batch, a
-    prompt shared by several datums (or the start all share) runs once (scoring.target_logprobs)."""
+    prompt shared by several datums (or the start all share) runs once (scoring.target_logprobs);
+    with row workers (`parallel`), once per part of a micro-batch."""
     from emojikit_local.sampling import MIN_COMMON_PREFIX, common_prefix_length
     from emojikit_local.scoring import prefix_split
 
     contexts, head = [], 0
-    for batch in policy._micro_batches(datums):
-        chunk = [datums[i] for i in batch]
+    chunks = [[datums[batch[j]] for j in part] for batch in policy._micro_batches(datums) for part in policy._row_parts([datums[i] for i in batch])]
+    for chunk in chunks:
         splits = [prefix_split(d) for d in chunk]
         prefixes = [tuple(d.model_input[:s]) for d, s in zip(chunk, splits)]
         if len(chunk) > 1 and min(splits) > 0 and len(set(prefixes)) < len(chunk):

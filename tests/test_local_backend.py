@@ -484,12 +484,15 @@ def test_rows_split_by_length_into_parts_of_equal_padded_work_keeping_a_shared_p
     assert split_rows([1, 1, 1], ["a", "b", "c"], 4) == [[0], [1], [2]]
 
 
-def test_row_workers_by_default_where_the_run_computes_in_float32_and_when_asked():
+def test_row_workers_by_default_where_measured_float32_on_two_threads_and_when_asked():
     assert tiny_policy(row_threads=2).row_workers.threads == 2
     assert tiny_policy(row_threads=2, dtype="bfloat16").row_workers is None  # auto: not yet measured with bf16 units
     assert tiny_policy(row_threads=2, dtype="bfloat16", parallel="rows").row_workers.threads == 2
     assert tiny_policy(row_threads=2, parallel="ops").row_workers is None
     assert tiny_policy(row_threads=1).row_workers is None  # one thread: nothing to split
+    assert tiny_policy(row_threads=3).row_workers is None  # auto: measured on two threads only
+    assert tiny_policy(row_threads=3, parallel="rows").row_workers.threads == 3
+    assert tiny_policy(row_threads=2, lora_dropout=0.1).row_workers is None  # auto: dropout masks would depend on thread timing
 
 
 @pytest.mark.parametrize("loss", ["cross_entropy", "ppo"])

@@ -51,7 +51,7 @@ class LowerLayers:
         self.kept: dict[Hashable, list[torch.Tensor]] = {}  # training passes' batches, for a later pass over the same batches
         self.kept_bytes = 0
         self.keep_bytes = keep_bytes
-        self.hits = 0  # micro-batches replayed (a test's and a bench's check)
+        self.hits = 0  # units replayed: micro-batches, or their parts with row workers (a test's and a bench's check)
         self._unit = _UnitState()  # per thread: "record" or "replay" inside a unit, its outputs and call count
         self._lock = threading.Lock()  # the stores and their byte counts, shared by the threads
         self._dropout = False

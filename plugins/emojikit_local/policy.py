@@ -140,8 +140,9 @@ class LocalPolicy:
         self.model.eval()
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         # parallel = "rows": each CPU thread scores and trains its own rows of a micro-batch (rows.py)
-        parallel = config.parallel if config.parallel != "auto" else ("rows" if self.dtype == "float32" else "ops")
         threads = torch.get_num_threads()
+        measured = self.dtype == "float32" and threads == 2 and config.lora_dropout == 0  # what auto's choice was measured on
+        parallel = config.parallel if config.parallel != "auto" else ("rows" if measured else "ops")
         self.row_workers = RowWorkers(threads) if parallel == "rows" and threads > 1 and self.device.type == "cpu" else None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.step = 0
@@ -299,7 +300,13 @@ class LocalPolicy:
     def _run_parts(self, fn, parts: list[list[int]]) -> list:
         if len(parts) == 1:
             return [fn(parts[0])]  # in this thread, on all of its torch threads
-        return self.row_workers.map(fn, parts)
+        grad_enabled = torch.is_grad_enabled()  # per thread: a worker runs under the caller's
+
+        def in_worker(part: list[int]):
+            with torch.set_grad_enabled(grad_enabled):
+                return fn(part)
+
+        return self.row_workers.map(in_worker, parts)
 
     # -- training ------------------------------------------------------------------
 
@@ -336,8 +343,7 @@ class LocalPolicy:
             if not in_worker:
                 (summed / denominator).backward()
                 return float(summed.detach()), part_stats, None
-            grads = torch.autograd.grad(summed / denominator, params, allow_unused=True) if summed.requires_grad else None
-            return float(summed.detach()), part_stats, grads
+            return float(summed.detach()), part_stats, torch.autograd.grad(summed / denominator, params, allow_unused=True)
 
         if training:
             self.model.train()

@@ -1,11 +1,11 @@
-"""Row-parallel passes: a micro-batch's rows split across the CPU threads, one thread each.
+"""Row-parallel passes: a micro-batch's rows split across the CPU threads, one torch thread each.
 
 Why: with every product split across two threads (torch's way), a step is thousands of
 parallel regions, each ending in a join. On a machine that runs something else one thread is
 often descheduled, and its sibling waits at the join: beside two competing two-thread
-processes an SFT step took 4.2-5.5x its idle time where a fair share of the CPU is 3x. Split by
-rows instead, each thread scores and back-propagates its own rows on one core and the threads
-join once per pass; idle, a step takes the same time (docs/performance.md, change 22).
+processes an SFT step took 4.3-4.4x its idle time where a fair share of the CPU is 3x. Split by
+rows instead, each thread scores and back-propagates its own rows on one torch thread and the
+threads join once per pass: 2.7x loaded, and the same idle time (docs/performance.md, change 22).
 
 The gradient does not depend on which thread finishes first: each part's gradient is returned,
 and the parts are added to the weights' .grad in a fixed order.
@@ -14,7 +14,7 @@ and the parts are added to the weights' .grad in a fixed order.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Sequence, TypeVar
 
 import torch
@@ -25,8 +25,8 @@ T = TypeVar("T")
 def split_rows(sizes: Sequence[int], keys: Sequence[object], parts: int) -> list[list[int]]:
     """Row indices in at most `parts` lists of about equal work. A part runs its rows padded to
     its longest (`sizes`: tokens per row), so rows are cut by length: the shortest rows in one
-    part, the longest in another, the cuts placed so that the largest part (rows x longest) is
-    as small as it can be. Rows that share a key (a GRPO group's prompt, run once for all of them)
+    part, the longest in another, the cuts (in that order) placed so that the largest part
+    (rows x longest) is as small as such cuts make it. Rows that share a key (a GRPO group's prompt, run once for all of them)
     stay in one part; within a part rows keep their order. Deterministic: a scoring pass and the
     training pass after it form the same parts."""
     by_key: dict[object, list[int]] = {}
@@ -72,19 +72,24 @@ class RowWorkers:
             # that thread; take that first, then set this thread's own count
             torch.get_num_threads()
             torch.set_num_threads(1)
-            ready.wait()  # every worker starts (and sets its own) before the pool is used
+            ready.wait(timeout=60)  # every worker starts (and sets its own) before the pool is used
 
         main_threads = torch.get_num_threads()
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="emojikit-rows", initializer=one_thread)
         for future in [self.pool.submit(lambda: None) for _ in range(threads)]:
             future.result()
-        torch.set_num_threads(main_threads)  # torch keeps one global default too: the calling thread's stays as it was
+        # torch keeps one global default too, which the workers set to 1: back to the caller's, so
+        # that threads started later (none of emojikit's compute) begin from it
+        torch.set_num_threads(main_threads)
 
     def map(self, fn: Callable[[list[int]], T], parts: Sequence[list[int]]) -> list[T]:
         """fn(part) for every part, in the workers; the results in the parts' order. A part that
         raised raises here (after every part has finished)."""
         futures = [self.pool.submit(fn, part) for part in parts]
-        errors = [f.exception() for f in futures]
+        try:
+            errors = [f.exception() for f in futures]
+        finally:  # interrupted (a second Ctrl-C): no part keeps running under the caller's clean-up
+            wait(futures)
         for error in errors:
             if error is not None:
                 raise error

@@ -5,7 +5,9 @@ parallel regions, each ending in a join. On a machine that runs something else o
 often descheduled, and its sibling waits at the join: beside two competing two-thread
 processes an SFT step took 4.3-4.4x its idle time where a fair share of the CPU is 3x. Split by
 rows instead, each thread scores and back-propagates its own rows on one torch thread and the
-threads join once per pass: 2.7x loaded, and the same idle time (docs/performance.md, change 22).
+threads join once per pass: 2.7x loaded. Idle it costs a little: each thread reads every weight,
+where a split product reads half (the main job's SFT step 1.05x slower; docs/performance.md,
+change 22).
 
 The gradient does not depend on which thread finishes first: each part's gradient is returned,
 and the parts are added to the weights' .grad in a fixed order.
@@ -26,9 +28,9 @@ def split_rows(sizes: Sequence[int], keys: Sequence[object], parts: int) -> list
     """Row indices in at most `parts` lists of about equal work. A part runs its rows padded to
     its longest (`sizes`: tokens per row), so rows are cut by length: the shortest rows in one
     part, the longest in another, the cuts (in that order) placed so that the largest part
-    (rows x longest) is as small as such cuts make it. Rows that share a key (a GRPO group's prompt, run once for all of them)
-    stay in one part; within a part rows keep their order. Deterministic: a scoring pass and the
-    training pass after it form the same parts."""
+    (rows x longest) is as small as such cuts make it. Rows that share a key (a GRPO group's
+    prompt, run once for all of them) stay in one part; within a part rows keep their order.
+    Deterministic: a scoring pass and the training pass after it form the same parts."""
     by_key: dict[object, list[int]] = {}
     for i, key in enumerate(keys):
         by_key.setdefault(key, []).append(i)

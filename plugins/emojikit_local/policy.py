@@ -323,8 +323,9 @@ class LocalPolicy:
         training = self.config.lora_dropout > 0
         params = self.trainable
 
-        def train(chunk: list[Datum], in_worker: bool) -> tuple[float, dict, Optional[list]]:
-            """One part's loss and its backward: into .grad here, or returned from a row worker."""
+        def train(chunk: list[Datum]) -> tuple[float, dict, Sequence[Optional[torch.Tensor]]]:
+            """One part's loss, stats and gradients (returned, so that parts run side by side add up
+            in their own order)."""
             part_stats: dict = {}
             with self.lower_layers.unit(self._unit_key(chunk, True), record=False, training=training, keep=True):
                 logprobs_B_T = target_logprobs(
@@ -340,9 +341,6 @@ class LocalPolicy:
             summed, batch_stats = loss_sum(loss, logprobs_B_T[on_B_T], weights_B_T[on_B_T], advantages_B_T[on_B_T], sampler_B_T[on_B_T], clip)
             for key, value in batch_stats.items():
                 part_stats.setdefault(key, []).append(value)
-            if not in_worker:
-                (summed / denominator).backward()
-                return float(summed.detach()), part_stats, None
             return float(summed.detach()), part_stats, torch.autograd.grad(summed / denominator, params, allow_unused=True)
 
         if training:
@@ -350,9 +348,8 @@ class LocalPolicy:
         try:
             for batch in self._micro_batches(datums):
                 parts = self._row_parts([datums[i] for i in batch])
-                in_worker = len(parts) > 1
-                done = self._run_parts(lambda part: train([datums[batch[j]] for j in part], in_worker), parts)
-                add_gradients(params, [grads for _, _, grads in done if grads is not None])
+                done = self._run_parts(lambda part: train([datums[batch[j]] for j in part]), parts)
+                add_gradients(params, [grads for _, _, grads in done])
                 for summed, part_stats, _ in done:  # in the parts' order: the same sums and stats every run
                     total += summed
                     for key, values in part_stats.items():

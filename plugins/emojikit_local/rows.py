@@ -97,9 +97,6 @@ class RowWorkers:
                 raise error
         return [f.result() for f in futures]
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=False)
-
 
 def add_gradients(params: Sequence[torch.Tensor], part_grads: Sequence[Sequence[torch.Tensor | None]]) -> None:
     """Adds each part's gradients to the weights' .grad, part by part in order: the same sums

@@ -19,6 +19,7 @@ from emojikit_local.loading import load_model, load_model_and_tokenizer
 from emojikit_local.plugin import check_model_available
 from emojikit_local.policy import LocalPolicy
 from emojikit_local.rows import split_rows
+from emojikit_local.head import decoder_of
 from emojikit_local.scoring import MIN_COMMON_PREFIX, common_prefix_length, prefix_key
 
 TINY_VOCAB = 64
@@ -329,8 +330,9 @@ def test_prompts_that_start_alike_prefill_their_start_once_and_sample_as_before(
     prompts = [[{"role": "user", "content": f"{start} {rest}"}] for rest in ("w5 w6 w7", "w9", "w10 w11 w12 w13 w14")]
     params = SamplingParams(max_tokens=7, temperature=0.7, seed=3)
     widths = []
-    forward = policy.model.forward
-    monkeypatch.setattr(policy.model, "forward", lambda *a, **k: (widths.append(tuple(k["input_ids"].shape)), forward(*a, **k))[1])
+    body = decoder_of(policy.model)  # the sampler runs the transformer and applies the head itself
+    forward = body.forward
+    monkeypatch.setattr(body, "forward", lambda *a, **k: (widths.append(tuple(k["input_ids"].shape)), forward(*a, **k))[1])
     shared = [s for group in policy.sample(prompts, 2, params, decoder) for s in group]
     assert widths[0] == (1, 6) and widths[1] == (3, 5)  # the start once, then each prompt's rest (left-padded)
     widths.clear()

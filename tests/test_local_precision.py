@@ -105,7 +105,7 @@ def test_auto_dtype_policy_computes_in_what_the_machine_multiplies_fastest(monke
     assert policy.dtype == computes
     bases = [m.get_base_layer() for m in policy.model.modules() if hasattr(m, "get_base_layer") and m is not m.get_base_layer()]
     assert {b.weight.dtype for b in bases} == {getattr(torch, computes)}
-    assert (policy.merged_sampling is not None) == (computes == "bfloat16") and (policy.correction is not None) == (computes == "bfloat16")
+    assert policy.merged_sampling.dtype == getattr(torch, computes) and (policy.correction is not None) == (computes == "bfloat16")
     saved = policy.save(str(tmp_path / "step0"))
     assert json.loads((tmp_path / "step0" / "trainer_state.json").read_text())["compute_dtype"] == computes and saved
 

@@ -23,7 +23,7 @@ from emojikit_local.config import LocalConfig
 from emojikit_local.frozen_layers import LowerLayers
 from emojikit_local.hardware import compute_dtype
 from emojikit_local.losses import LOSSES, loss_sum
-from emojikit_local.precision import SamplerCorrection, bfloat16_compute, prepack_available, unadapted_projections
+from emojikit_local.precision import SamplerCorrection, bfloat16_compute, float32_merged_sampling, prepack_available, unadapted_projections
 from emojikit_local.rows import RowWorkers, add_gradients, split_rows
 from emojikit_local.sampling import decode_batch
 from emojikit_local.scoring import first_needed_position, prefix_key, prefix_split, target_logprobs
@@ -129,10 +129,14 @@ class LocalPolicy:
             )
             self.model = get_peft_model(model, lora, adapter_name=TRAINED)
             self.frozen = []
-        if self.dtype == "float32" and compute_dtype(config.base_matmul_dtype, str(self.device), key="base_matmul_dtype") == "bfloat16":
+        lowered = self.dtype == "float32" and compute_dtype(config.base_matmul_dtype, str(self.device), key="base_matmul_dtype") == "bfloat16"
+        if lowered:
             lower_base_projections(self.model, torch.bfloat16)
         prepack = config.prepack_weights and prepack_available(self.device)
-        self.merged_sampling = bfloat16_compute(self.model, prepack=prepack) if self.dtype == "bfloat16" else None
+        if self.dtype == "bfloat16":
+            self.merged_sampling = bfloat16_compute(self.model, prepack=prepack)
+        else:  # float32: the sampler multiplies by W + BA (a bf16 base product, if lowered, stays faster unmerged)
+            self.merged_sampling = None if lowered else float32_merged_sampling(self.model)
         # Below lora_layers: run once for a batch scored twice (the KL's reference pass, then training).
         self.lower_layers = LowerLayers(self.model, keep_bytes=config.keep_lower_layers_mb << 20)
         corrected = config.sampler_correction == "truncated_is" or (config.sampler_correction == "auto" and self.dtype == "bfloat16")
@@ -226,7 +230,7 @@ class LocalPolicy:
         return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def _sampling_weights(self):
-        """bf16: the adapter merged into the sampler's weights (precision.MergedSampling)."""
+        """The adapter merged into the sampler's weights (precision.MergedSampling)."""
         return self.merged_sampling.active() if self.merged_sampling is not None else nullcontext()
 
     @contextmanager

@@ -27,6 +27,8 @@ from typing import Iterator, Optional
 import torch
 import torch.nn.functional as F
 
+from emojikit_local.head import COMPUTE_WEIGHT
+
 BF16 = torch.bfloat16
 
 
@@ -134,6 +136,10 @@ def _merged_forward(weight_bf: torch.Tensor, bias: Optional[torch.Tensor], packe
     return F.linear(x.to(BF16), weight_bf, bias).float()
 
 
+def _merged_forward_fp32(weight: torch.Tensor, bias: Optional[torch.Tensor], x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    return F.linear(x, weight, bias)
+
+
 def _head_forward(weight_bf: torch.Tensor, bias: Optional[torch.Tensor], packed: Optional[PackedWeight], hidden: torch.Tensor) -> torch.Tensor:
     """Logits in float32 from a bf16 product: the log-softmax that decides logprobs runs in fp32."""
     return _merged_forward(weight_bf, None if bias is None else bias.to(BF16), packed, hidden)
@@ -177,7 +183,19 @@ def bfloat16_compute(model, prepack: bool = False) -> "MergedSampling":
     # copy is the head's alone (frozen, so it never goes stale).
     head_bf = head.weight.detach().to(BF16)
     head.forward = partial(_head_forward, head_bf, head.bias, packed(head_bf))
+    setattr(head, COMPUTE_WEIGHT, head_bf)  # for the head over a mask's allowed tokens (head.project)
     return MergedSampling(layers, prepack=prepack)
+
+
+def float32_merged_sampling(model) -> Optional[MergedSampling]:
+    """The sampler's merged float32 weights for a float32 peft model (None with DoRA, whose
+    magnitude vector a plain W + BA leaves out)."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    layers = [module for module in model.modules() if isinstance(module, LoraLinear)]
+    if any(module.use_dora.get(name, False) for module in layers for name in module.lora_A):
+        return None
+    return MergedSampling(layers, dtype=torch.float32)
 
 
 def dither(shape: torch.Size, generator: torch.Generator) -> torch.Tensor:
@@ -197,10 +215,12 @@ def dithered_bfloat16(x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
 
 
 class MergedSampling:
-    """The sampler's weights under dtype = "bfloat16": each LoRA-wrapped projection's adapter
-    folded into a bf16 copy of its base weight (W + scaling * B A, summed in fp32, rounded once
-    with a fixed dither, `dithered_bfloat16`), so a decode step runs one matmul per projection
-    instead of three plus casts.
+    """The sampler's weights: each LoRA-wrapped projection's adapter folded into a copy of its
+    base weight (W + scaling * B A, summed in fp32), so a decode step runs one matmul per
+    projection instead of three plus casts. Under dtype = "bfloat16" the copy is bf16, rounded
+    once with a fixed dither (`dithered_bfloat16`); in float32 it is float32 (4 bytes per adapted
+    weight), and the sampler's logprobs differ from the trainer's by float rounding alone
+    (~1e-5 nats; docs/performance.md, change 23).
 
     Why: a decode step multiplies a handful of rows, so it is bound by per-call overhead and by
     reading the weights, not by FLOPs; the separate LoRA products and their casts were ~30 % of
@@ -212,8 +232,9 @@ class MergedSampling:
     round-to-nearest instead gave 0.047 and 1.13, having dropped the small adapter deltas.
     """
 
-    def __init__(self, layers: list, seed: int = 0, prepack: bool = False):
-        self.layers = layers  # peft lora.Linear modules on the bf16 path
+    def __init__(self, layers: list, seed: int = 0, prepack: bool = False, dtype: torch.dtype = BF16):
+        self.layers = layers  # peft lora.Linear modules (on the bf16 path, with dtype BF16)
+        self.dtype = dtype
         self.prepack = prepack  # the merged weights in oneDNN's layout too (forward only: sampling)
         self.weights: Optional[list[torch.Tensor]] = None
         self.packed: list[Optional[PackedWeight]] = []
@@ -231,9 +252,12 @@ class MergedSampling:
             if not names:
                 merged.append(base.weight)
                 continue
-            weight = base.weight.float()
+            weight = base.weight.detach().to(torch.float32, copy=True)  # a copy: the sum must not reach the base
             for name in names:
                 weight.addmm_(layer.lora_B[name].weight.float(), layer.lora_A[name].weight.float(), alpha=layer.scaling[name])
+            if self.dtype == torch.float32:
+                merged.append(weight)
+                continue
             if i not in self.noise:
                 self.noise[i] = dither(weight.shape, self.generator)
             merged.append(dithered_bfloat16(weight, self.noise[i]))
@@ -247,7 +271,8 @@ class MergedSampling:
             self.packed = [PackedWeight(w, backward=False, rows_hint=16) if self.prepack else None for w in self.weights]
         saved = [layer.forward for layer in self.layers]
         for layer, weight, packed in zip(self.layers, self.weights, self.packed):
-            layer.forward = partial(_merged_forward, weight, layer.get_base_layer().bias, packed)
+            bias = layer.get_base_layer().bias
+            layer.forward = partial(_merged_forward_fp32, weight, bias) if self.dtype == torch.float32 else partial(_merged_forward, weight, bias, packed)
         try:
             yield
         finally:

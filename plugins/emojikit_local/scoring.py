@@ -12,6 +12,7 @@ import torch
 
 from emojikit.api.policy import Datum
 from emojikit_local.distribution import allowed_rows, target_logprobs_of
+from emojikit_local.head import allowed_columns, decoder_of, project
 from emojikit_local.sampling import MIN_COMMON_PREFIX, cache_argument, common_prefix_length, left_pad, returned_cache, unique_rows
 
 
@@ -93,28 +94,11 @@ def target_logprobs(model, datums: Sequence[Datum], *, temperature: float, const
     targets_B_T, _ = right_pad([d.target_tokens for d in datums], pad_id, device)
     width = inputs_B_T.shape[1]
     first = min(first_position, width - 1)
-    hidden_B_T_D = _decoder(model)(input_ids=inputs_B_T, attention_mask=attention_B_T, use_cache=False).last_hidden_state
+    hidden_B_T_D = decoder_of(model)(input_ids=inputs_B_T, attention_mask=attention_B_T, use_cache=False).last_hidden_state
     offsets = [first] * len(datums)
     needed_B_K = _needed(datums, offsets, attention_B_T[:, first:], weighted_only)
     logprobs_B_K = _scored_logprobs(model, hidden_B_T_D[:, first:], targets_B_T[:, first:], needed_B_K, datums, offsets, temperature, constraint, budget, device)
     return torch.cat([logprobs_B_K.new_zeros(len(datums), first), logprobs_B_K], dim=1)
-
-
-def _decoder(model):
-    """The transformer under the vocabulary projection (LoRA layers are injected in place)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.get_decoder()
-
-
-def _project(model, hidden_N_D: torch.Tensor) -> torch.Tensor:
-    """Logits from final hidden states, as the model's own forward makes them."""
-    logits_N_V = model.get_output_embeddings()(hidden_N_D)
-    config = model.config
-    if getattr(config, "logit_scale", None):  # Cohere
-        logits_N_V = logits_N_V * config.logit_scale
-    if getattr(config, "final_logit_softcapping", None):  # Gemma 2 and 3
-        logits_N_V = torch.tanh(logits_N_V / config.final_logit_softcapping) * config.final_logit_softcapping
-    return logits_N_V
 
 
 def _needed(datums: Sequence[Datum], offsets: list[int], attention_B_K: torch.Tensor, weighted_only: bool) -> torch.Tensor:
@@ -131,12 +115,14 @@ def _needed(datums: Sequence[Datum], offsets: list[int], attention_B_K: torch.Te
 def _scored_logprobs(model, hidden_B_K_D, targets_B_K, needed_B_K, datums, offsets: list[int], temperature, constraint, budget, device) -> torch.Tensor:
     """Float[B, K]: tempered logprob of each needed target (0 elsewhere), under the decoder mask
     at decoded positions; column k of row b is position offsets[b] + k. The vocabulary
-    projection, the largest activation, runs on the needed rows only."""
+    projection, the largest activation, runs on the needed rows only, and when every needed row
+    is a decoded position, on the tokens the mask allows in them only (head.py)."""
     rows_N, cols_N = needed_B_K.nonzero(as_tuple=True)
-    logits_N_V = _project(model, hidden_B_K_D[rows_N, cols_N])
+    hidden_N_D = hidden_B_K_D[rows_N, cols_N]
     targets_N = targets_B_K[rows_N, cols_N]
     allowed_N_V = None
     if constraint is not None and any(d.decoded_spans for d in datums):
+        vocab_size = model.get_output_embeddings().weight.shape[0]
         index_B_K = torch.full(needed_B_K.shape, -1, dtype=torch.long, device=device)
         index_B_K[rows_N, cols_N] = torch.arange(len(rows_N), device=device)
         rows, positions, states, tokens_left = replay_queries(datums, constraint, budget)
@@ -145,14 +131,20 @@ def _scored_logprobs(model, hidden_B_K_D, targets_B_K, needed_B_K, datums, offse
         keep = (index_Q >= 0).nonzero().squeeze(-1).tolist()
         if keep:
             # rows outside the decoded spans allow every token
-            allowed_N_V = torch.ones(logits_N_V.shape, dtype=torch.bool, device=device)
-            allowed_N_V[index_Q[keep]] = allowed_rows(constraint, [states[i] for i in keep], [tokens_left[i] for i in keep], logits_N_V.shape[-1], device)
-    logprobs_N = target_logprobs_of(logits_N_V, targets_N, temperature, allowed_N_V)
+            allowed_N_V = torch.ones((len(rows_N), vocab_size), dtype=torch.bool, device=device)
+            allowed_N_V[index_Q[keep]] = allowed_rows(constraint, [states[i] for i in keep], [tokens_left[i] for i in keep], vocab_size, device)
+    # every row masked: the head over the columns the mask allows in some row only
+    columns_K = allowed_columns(allowed_N_V, targets_N) if allowed_N_V is not None and len(keep) == len(rows_N) else None
+    if columns_K is None:
+        logprobs_N = target_logprobs_of(project(model, hidden_N_D), targets_N, temperature, allowed_N_V)
+    else:
+        logits_N_K = project(model, hidden_N_D, columns_K)
+        logprobs_N = target_logprobs_of(logits_N_K, torch.searchsorted(columns_K, targets_N), temperature, allowed_N_V[:, columns_K])
     return logprobs_N.new_zeros(needed_B_K.shape).index_put((rows_N, cols_N), logprobs_N)
 
 
 def _shared_prefix_logprobs(model, datums: Sequence[Datum], splits: list[int], *, temperature, constraint, budget, pad_id, device, weighted_only: bool, pack: bool = False) -> torch.Tensor:
-    decoder = _decoder(model)
+    decoder = decoder_of(model)
     prefixes, row_to_unique = unique_rows([d.model_input[:s] for d, s in zip(datums, splits)])
     prefix_U_P, prefix_attention_U_P = left_pad(prefixes, pad_id, device)
     positions_U_P = (prefix_attention_U_P.cumsum(-1) - 1).clamp(min=0)

@@ -15,11 +15,11 @@ from emojikit.api.components import BuildContext
 from emojikit.api.errors import ConfigError, InputFileError, ModelUnavailableError
 from emojikit.api.policy import AdamParams, Datum, Policy, SamplingParams
 from emojikit_local.config import LocalConfig
+from emojikit_local.head import decoder_of
 from emojikit_local.loading import load_model, load_model_and_tokenizer
 from emojikit_local.plugin import check_model_available
 from emojikit_local.policy import LocalPolicy
 from emojikit_local.rows import split_rows
-from emojikit_local.head import decoder_of
 from emojikit_local.scoring import MIN_COMMON_PREFIX, common_prefix_length, prefix_key
 
 TINY_VOCAB = 64
@@ -319,6 +319,82 @@ def test_tiny_sampler_logprobs_match_compute_logprobs_under_a_mask(top_p):
     # without the mask the same tokens score differently: the mask is really applied
     unmasked = policy.compute_logprobs(datums, temperature=0.7)
     assert any(abs(a - b) > 1e-2 for lp, um in zip(recomputed, unmasked) for a, b in zip(lp, um))
+
+
+def test_the_head_over_some_columns_gives_those_columns_of_the_whole_head():
+    from emojikit_local.head import allowed_columns, project
+
+    policy = tiny_policy()
+    hidden_N_D = torch.randn(3, 32)
+    columns_K = torch.tensor([1, 4, 6, 30])
+    torch.testing.assert_close(project(policy.model, hidden_N_D, columns_K), project(policy.model, hidden_N_D)[:, columns_K])
+    allowed_N_V = torch.zeros(3, TINY_VOCAB, dtype=torch.bool)
+    allowed_N_V[0, [6, 4]] = True
+    allowed_N_V[2, 9] = True
+    assert allowed_columns(allowed_N_V).tolist() == [4, 6, 9]  # any row's, ascending
+    assert allowed_columns(allowed_N_V, torch.tensor([12, 4, 4])).tolist() == [4, 6, 9, 12]  # and every target
+    allowed_N_V[1, : TINY_VOCAB // 4 + 1] = True
+    assert allowed_columns(allowed_N_V) is None  # more than a quarter of the vocabulary: every column
+
+
+def test_a_narrow_mask_samples_scores_and_trains_as_over_the_whole_vocabulary(monkeypatch):
+    from emojikit_local import head, sampling, scoring
+
+    policy = tiny_policy()
+    decoder = IdSetDecoder(lambda tok: [4, 10, 22, 36, 50])  # with EOS, 6 of the 64 tokens: narrow
+    prompts = [[{"role": "user", "content": "w5 w6 w7"}], [{"role": "user", "content": "w9 w10 w11 w12 w13 w14"}]]
+    params = SamplingParams(max_tokens=7, temperature=0.7, seed=3)
+    widths = []
+    real_project = head.project
+
+    def spy(model, hidden, columns=None):
+        widths.append(TINY_VOCAB if columns is None else len(columns))
+        return real_project(model, hidden, columns)
+
+    def run():
+        samples = [s for group in policy.sample(prompts, 4, params, decoder) for s in group]
+        datums = [Datum.from_sample(s, advantage=1.0 - i % 2, decoded=True) for i, s in enumerate(samples)]
+        logprobs = policy.compute_logprobs(datums, temperature=0.7, decoder=decoder, weighted_only=True)  # as GRPO's reference pass
+        out = policy.forward_backward(datums, "ppo", temperature=0.7, decoder=decoder)
+        grads = [p.grad.clone() for p in policy.trainable]
+        policy.model.zero_grad(set_to_none=True)
+        return samples, logprobs, out.loss, grads
+
+    monkeypatch.setattr(sampling, "project", spy)
+    monkeypatch.setattr(scoring, "project", spy)
+    narrow = run()
+    assert widths and max(widths) <= 6  # every product ran on the allowed columns
+    widths.clear()
+    monkeypatch.setattr(sampling, "allowed_columns", lambda *a, **k: None)
+    monkeypatch.setattr(scoring, "allowed_columns", lambda *a, **k: None)
+    whole = run()
+    assert set(widths) == {TINY_VOCAB}
+    assert [s.tokens for s in narrow[0]] == [s.tokens for s in whole[0]]  # the same draws
+    for a, b in zip(narrow[0], whole[0]):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    for a, b in zip(narrow[1], whole[1]):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert narrow[2] == pytest.approx(whole[2], abs=1e-6)
+    for a, b in zip(narrow[3], whole[3]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_the_float32_sampler_multiplies_by_the_merged_adapter_and_merges_again_after_a_step():
+    policy = tiny_policy(lora_rank=4)
+    assert policy.dtype == "float32" and policy.merged_sampling is not None
+    bases = [layer.get_base_layer().weight.clone() for layer in policy.merged_sampling.layers]
+    decoder = IdSetDecoder(lambda tok: list(range(4, TINY_VOCAB, 2)))
+    prompts = [[{"role": "user", "content": "w5 w6 w7"}], [{"role": "user", "content": "w9 w10 w11"}]]
+    for step in range(2):
+        samples = [s for group in policy.sample(prompts, 3, SamplingParams(max_tokens=6, temperature=1.0, seed=step), decoder) for s in group]
+        datums = [Datum.from_sample(s, advantage=1.0 - i % 2, decoded=True) for i, s in enumerate(samples)]
+        for s, lp in zip(samples, policy.compute_logprobs(datums, temperature=1.0, decoder=decoder)):
+            assert lp[-len(s.tokens):] == pytest.approx(s.logprobs, abs=1e-5)  # a stale merge would be a step behind
+        policy.forward_backward(datums, "ppo", temperature=1.0, decoder=decoder)
+        policy.optim_step(AdamParams(learning_rate=0.05))
+        assert policy.merged_sampling.weights is None  # the step invalidated the merge
+    for layer, base in zip(policy.merged_sampling.layers, bases):
+        assert torch.equal(layer.get_base_layer().weight, base)  # merged into a copy, never into the base
 
 
 def test_prompts_that_start_alike_prefill_their_start_once_and_sample_as_before(monkeypatch):

@@ -1,0 +1,127 @@
+"""Seconds of the main job's masked phases (emoji-mask sampling, the reference and training passes
+of GRPO, the held-out game's sampling) with the output head over the tokens the mask allows and,
+in float32, the sampler's merged W + BA, against the whole vocabulary and the unmerged adapter.
+
+    python bench/masked_head.py --checkpoint runs/sft/checkpoints/step_1200   # 5 rounds a side, from the main job's SFT
+    python bench/masked_head.py --rounds 1 --targets 4   # smoke run
+
+Both sides run in one process on the same policy, alternated round by round (the order swapped
+every round), so machine noise falls on both alike: "before" sets the head back to every column
+(`allowed_columns` returning None, as for a mask that allows more than a quarter of the
+vocabulary) and drops the merged sampler weights. Each round samples the main job's GRPO step
+(`--targets` x `--group` episodes, 24 new tokens, temperature 0.5) and the held-out game's first
+turns (`--game` messages once each, temperature 0.3) with the same seeds on both sides, then
+scores the GRPO samples (reference pass) and trains on them (forward_backward "ppo", no
+optimizer step). It prints the medians, their ratio, whether both sides drew the same tokens and
+the largest logprob difference between them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import MESSAGES, machine, parser as bench_parser, print_header  # noqa: E402
+
+SIDES = ("before", "columns")
+PHASES = ("grpo_sampling", "reference", "training", "game_sampling")
+
+
+def run(args) -> dict:
+    import torch
+
+    from emojikit.api.components import BuildContext
+    from emojikit.api.policy import Datum, SamplingParams
+    from emojikit.composition.recipe import COMPONENT_TABLES
+    from emojikit.composition.registry import get_registry
+    from emojikit_local import sampling, scoring
+
+    torch.set_num_threads(args.threads)
+
+    def build(kind: str, name: str, **overrides):
+        spec = get_registry().get(COMPONENT_TABLES[kind], name)
+        config, ctx = spec.config(**overrides), BuildContext(seed=args.seed)
+        if spec.preflight is not None:
+            spec.preflight(config, ctx)
+        return spec.factory(config, ctx)
+
+    start = args.checkpoint
+    policy = build("backend", "local", **({"init_from": start} if start else {"lora_layers": 10}))
+    decoder = build("decoder", "emoji-mask")
+    merged = policy.merged_sampling
+    real = {module: module.allowed_columns for module in (sampling, scoring)}
+
+    def side(name: str) -> None:
+        for module, columns in real.items():
+            module.allowed_columns = columns if name == "columns" else (lambda *a, **k: None)
+        policy.merged_sampling = merged if name == "columns" else None
+
+    messages = (MESSAGES * (1 + max(args.targets, args.game) // len(MESSAGES)))
+    grpo_prompts = [[{"role": "user", "content": m}] for m in messages[: args.targets]]
+    game_prompts = [[{"role": "user", "content": m}] for m in messages[: args.game]]
+    seconds = {s: {p: [] for p in PHASES} for s in SIDES}
+    drawn = {s: [] for s in SIDES}
+    try:
+        for round_ in range(args.rounds + 1):  # round 0 warms both up and is not counted
+            for name in SIDES if round_ % 2 else reversed(SIDES):
+                side(name)
+                timed = {}
+                started = time.perf_counter()
+                groups = policy.sample(grpo_prompts, args.group, SamplingParams(max_tokens=24, temperature=0.5, seed=round_), decoder)
+                timed["grpo_sampling"] = time.perf_counter() - started
+                datums = [Datum.from_sample(s, advantage=float(i % 2) - 0.5, decoded=True, decode_budget=24) for g in groups for i, s in enumerate(g)]
+                started = time.perf_counter()
+                policy.compute_logprobs(datums, temperature=0.5, decoder=decoder, reference=True, weighted_only=True)
+                timed["reference"] = time.perf_counter() - started
+                started = time.perf_counter()
+                policy.forward_backward(datums, "ppo", temperature=0.5, decoder=decoder)
+                timed["training"] = time.perf_counter() - started
+                for p in policy.trainable:
+                    p.grad = None
+                started = time.perf_counter()
+                game = policy.sample(game_prompts, 1, SamplingParams(max_tokens=24, temperature=0.3, seed=round_), decoder)
+                timed["game_sampling"] = time.perf_counter() - started
+                if round_:
+                    for phase, value in timed.items():
+                        seconds[name][phase].append(value)
+                drawn[name].append([s for g in groups + game for s in g])
+    finally:
+        side("columns")
+    same = sum(a.tokens == b.tokens for before, after in zip(drawn["before"], drawn["columns"]) for a, b in zip(before, after))
+    total = sum(len(before) for before in drawn["before"])
+    gap = max((abs(x - y) for before, after in zip(drawn["before"], drawn["columns"]) for a, b in zip(before, after)
+               if a.tokens == b.tokens for x, y in zip(a.logprobs, b.logprobs)), default=0.0)
+    medians = {s: {p: statistics.median(seconds[s][p]) for p in PHASES} for s in SIDES}
+    return {
+        "machine": machine(),
+        "config": {"threads": args.threads, "rounds": args.rounds, "targets": args.targets, "group": args.group, "game": args.game,
+                   "sender": start or "fresh LoRA in the last 10 layers", "dtype": policy.dtype, "merged_sampler": merged is not None},
+        "rows": [{"phase": p, "before_s": round(medians["before"][p], 3), "columns_s": round(medians["columns"][p], 3),
+                  "speedup": round(medians["before"][p] / medians["columns"][p], 2)} for p in PHASES],
+        "same_tokens": f"{same}/{total}",
+        "max_logprob_gap": gap,
+    }
+
+
+def main() -> None:
+    parser = bench_parser(__doc__, threads=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--targets", type=int, default=16, help="GRPO targets a step (recipes/grpo.toml: 16)")
+    parser.add_argument("--group", type=int, default=4, help="episodes a target (recipes/grpo.toml: 4)")
+    parser.add_argument("--game", type=int, default=64, help="held-out game messages sampled once each")
+    parser.add_argument("--checkpoint", help="a checkpoint to start from (runs/sft/checkpoints/step_1200: the main job's SFT); a fresh LoRA in the last 10 layers without")
+    args = parser.parse_args()
+    result = run(args)
+    if print_header(result, args.json):
+        return
+    print(f"{'phase':<15}{'before s':>10}{'columns s':>11}{'speedup':>9}")
+    for row in result["rows"]:
+        print(f"{row['phase']:<15}{row['before_s']:>10.3f}{row['columns_s']:>11.3f}{row['speedup']:>8.2f}x")
+    print(f"same tokens drawn: {result['same_tokens']}; largest logprob gap between the sides: {result['max_logprob_gap']:.2e}")
+
+
+if __name__ == "__main__":
+    main()

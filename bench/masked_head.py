@@ -1,19 +1,21 @@
 """Seconds of the main job's masked phases (emoji-mask sampling, the reference and training passes
-of GRPO, the held-out game's sampling) with the output head over the tokens the mask allows and,
-in float32, the sampler's merged W + BA, against the whole vocabulary and the unmerged adapter.
+of GRPO, the held-out game's sampling) with the output head over the tokens the mask allows,
+then with the sampler's merged W + BA as well (float32), against the whole vocabulary.
 
-    python bench/masked_head.py --checkpoint runs/sft/checkpoints/step_1200   # 5 rounds a side, from the main job's SFT
+    python bench/masked_head.py --checkpoint runs/sft/checkpoints/step_1200   # 5 rounds each way, from the main job's SFT
     python bench/masked_head.py --rounds 1 --targets 4   # smoke run
 
-Both sides run in one process on the same policy, alternated round by round (the order swapped
-every round), so machine noise falls on both alike: "before" sets the head back to every column
-(`allowed_columns` returning None, as for a mask that allows more than a quarter of the
-vocabulary) and drops the merged sampler weights. Each round samples the main job's GRPO step
-(`--targets` x `--group` episodes, 24 new tokens, temperature 0.5) and the held-out game's first
-turns (`--game` messages once each, temperature 0.3) with the same seeds on both sides, then
+The three ways run in one process on the same policy, alternated round by round (the order
+reversed every round), so machine noise falls on all alike: "whole" sets the head back to every
+column (`allowed_columns` returning None, as for a mask that allows more than a quarter of the
+vocabulary) and samples with the unmerged adapter, "columns" narrows the head only, "merged"
+(the backend as it runs) narrows it and samples with the merged weights. Each round samples the
+main job's GRPO step (`--targets` x `--group` episodes, 24 new tokens, temperature 0.5) and the
+held-out game's first turns (`--game` messages once each, temperature 0.3) with the same seeds
+every way, then
 scores the GRPO samples (reference pass) and trains on them (forward_backward "ppo", no
-optimizer step). It prints the medians, their ratio, whether both sides drew the same tokens and
-the largest logprob difference between them.
+optimizer step). It prints the medians, the speedups over "whole", how many samples came out
+alike every way and the largest logprob difference between the ways.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MESSAGES, machine, parser as bench_parser, print_header  # noqa: E402
 
-SIDES = ("before", "columns")
+SIDES = ("whole", "columns", "merged")  # every column unmerged; the allowed columns; and the merged sampler (float32)
 PHASES = ("grpo_sampling", "reference", "training", "game_sampling")
 
 
@@ -56,8 +58,8 @@ def run(args) -> dict:
 
     def side(name: str) -> None:
         for module, columns in real.items():
-            module.allowed_columns = columns if name == "columns" else (lambda *a, **k: None)
-        policy.merged_sampling = merged if name == "columns" else None
+            module.allowed_columns = (lambda *a, **k: None) if name == "whole" else columns
+        policy.merged_sampling = merged if name == "merged" else None
 
     messages = (MESSAGES * (1 + max(args.targets, args.game) // len(MESSAGES)))
     grpo_prompts = [[{"role": "user", "content": m}] for m in messages[: args.targets]]
@@ -66,7 +68,7 @@ def run(args) -> dict:
     drawn = {s: [] for s in SIDES}
     try:
         for round_ in range(args.rounds + 1):  # round 0 warms both up and is not counted
-            for name in SIDES if round_ % 2 else reversed(SIDES):
+            for name in SIDES if round_ % 2 else reversed(SIDES):  # the order reversed every round
                 side(name)
                 timed = {}
                 started = time.perf_counter()
@@ -89,18 +91,18 @@ def run(args) -> dict:
                         seconds[name][phase].append(value)
                 drawn[name].append([s for g in groups + game for s in g])
     finally:
-        side("columns")
-    same = sum(a.tokens == b.tokens for before, after in zip(drawn["before"], drawn["columns"]) for a, b in zip(before, after))
-    total = sum(len(before) for before in drawn["before"])
-    gap = max((abs(x - y) for before, after in zip(drawn["before"], drawn["columns"]) for a, b in zip(before, after)
+        side("merged")
+    same = sum(all(a.tokens == b.tokens for b in others) for rounds in zip(*drawn.values()) for a, *others in zip(*rounds))
+    total = sum(len(samples) for samples in drawn["whole"])
+    gap = max((abs(x - y) for rounds in zip(*drawn.values()) for a, *others in zip(*rounds) for b in others
                if a.tokens == b.tokens for x, y in zip(a.logprobs, b.logprobs)), default=0.0)
     medians = {s: {p: statistics.median(seconds[s][p]) for p in PHASES} for s in SIDES}
     return {
         "machine": machine(),
         "config": {"threads": args.threads, "rounds": args.rounds, "targets": args.targets, "group": args.group, "game": args.game,
                    "sender": start or "fresh LoRA in the last 10 layers", "dtype": policy.dtype, "merged_sampler": merged is not None},
-        "rows": [{"phase": p, "before_s": round(medians["before"][p], 3), "columns_s": round(medians["columns"][p], 3),
-                  "speedup": round(medians["before"][p] / medians["columns"][p], 2)} for p in PHASES],
+        "rows": [{"phase": p} | {f"{s}_s": round(medians[s][p], 3) for s in SIDES}
+                 | {f"{s}_speedup": round(medians["whole"][p] / medians[s][p], 2) for s in SIDES[1:]} for p in PHASES],
         "same_tokens": f"{same}/{total}",
         "max_logprob_gap": gap,
     }
@@ -117,10 +119,11 @@ def main() -> None:
     result = run(args)
     if print_header(result, args.json):
         return
-    print(f"{'phase':<15}{'before s':>10}{'columns s':>11}{'speedup':>9}")
+    print(f"{'phase':<15}{'whole s':>9}{'columns s':>11}{'merged s':>10}{'columns':>9}{'merged':>8}")
     for row in result["rows"]:
-        print(f"{row['phase']:<15}{row['before_s']:>10.3f}{row['columns_s']:>11.3f}{row['speedup']:>8.2f}x")
-    print(f"same tokens drawn: {result['same_tokens']}; largest logprob gap between the sides: {result['max_logprob_gap']:.2e}")
+        print(f"{row['phase']:<15}{row['whole_s']:>9.3f}{row['columns_s']:>11.3f}{row['merged_s']:>10.3f}"
+              f"{row['columns_speedup']:>8.2f}x{row['merged_speedup']:>7.2f}x")
+    print(f"samples alike on every side: {result['same_tokens']}; largest logprob gap between the sides: {result['max_logprob_gap']:.2e}")
 
 
 if __name__ == "__main__":

@@ -383,6 +383,8 @@ def test_the_float32_sampler_multiplies_by_the_merged_adapter_and_merges_again_a
     policy = tiny_policy(lora_rank=4)
     assert policy.dtype == "float32" and policy.merged_sampling is not None
     bases = [layer.get_base_layer().weight.clone() for layer in policy.merged_sampling.layers]
+    with policy.merged_sampling.active():  # a fresh adapter (B = 0) multiplies by the base weights themselves: no copies
+        assert all(w is layer.get_base_layer().weight for w, layer in zip(policy.merged_sampling.weights, policy.merged_sampling.layers))
     decoder = IdSetDecoder(lambda tok: list(range(4, TINY_VOCAB, 2)))
     prompts = [[{"role": "user", "content": "w5 w6 w7"}], [{"role": "user", "content": "w9 w10 w11"}]]
     for step in range(2):

@@ -252,6 +252,9 @@ class MergedSampling:
             if not names:
                 merged.append(base.weight)
                 continue
+            if self.dtype == torch.float32 and base.weight.dtype == torch.float32 and not any(layer.lora_B[n].weight.any() for n in names):
+                merged.append(base.weight)  # B = 0 (a fresh adapter): W + BA is W, no copy needed
+                continue
             weight = base.weight.detach().to(torch.float32, copy=True)  # a copy: the sum must not reach the base
             for name in names:
                 weight.addmm_(layer.lora_B[name].weight.float(), layer.lora_A[name].weight.float(), alpha=layer.scaling[name])

@@ -11,7 +11,8 @@ column (`allowed_columns` returning None, as for a mask that allows more than a 
 vocabulary) and samples with the unmerged adapter, "columns" narrows the head only, "merged"
 (the backend as it runs) narrows it and samples with the merged weights. Each round samples the
 main job's GRPO step (`--targets` x `--group` episodes, 24 new tokens, temperature 0.5) and the
-held-out game's first turns (`--game` messages once each, temperature 0.3) with the same seeds
+held-out game's first turns (`--game` rows at temperature 0.3: the bench's 16 messages in turn, so
+rows repeat a prompt, as a GRPO group does) with the same seeds
 every way, then
 scores the GRPO samples (reference pass) and trains on them (forward_backward "ppo", no
 optimizer step). It prints the medians, the speedups over the first way, how many samples came
@@ -69,7 +70,7 @@ def run(args) -> dict:
     seconds = {s: {p: [] for p in PHASES} for s in ways}
     drawn = {s: [] for s in ways}
     try:
-        for round_ in range(args.rounds + 1):  # round 0 warms both up and is not counted
+        for round_ in range(args.rounds + 1):  # round 0 warms every way up and is not counted
             for name in ways if round_ % 2 else reversed(ways):  # the order reversed every round
                 side(name)
                 timed = {}
@@ -117,7 +118,7 @@ def main() -> None:
     parser.add_argument("--ways", nargs="+", choices=SIDES, default=list(SIDES), help="which ways to time (the speedups are over the first)")
     parser.add_argument("--targets", type=int, default=16, help="GRPO targets a step (recipes/grpo.toml: 16)")
     parser.add_argument("--group", type=int, default=4, help="episodes a target (recipes/grpo.toml: 4)")
-    parser.add_argument("--game", type=int, default=64, help="held-out game messages sampled once each")
+    parser.add_argument("--game", type=int, default=64, help="held-out game rows sampled once each (the bench's 16 messages in turn)")
     parser.add_argument("--checkpoint", help="a checkpoint to start from (runs/sft/checkpoints/step_1200: the main job's SFT); a fresh LoRA in the last 10 layers without")
     args = parser.parse_args()
     result = run(args)

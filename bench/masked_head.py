@@ -12,9 +12,8 @@ vocabulary) and samples with the unmerged adapter, "columns" narrows the head on
 (the backend as it runs) narrows it and samples with the merged weights. Each round samples the
 main job's GRPO step (`--targets` x `--group` episodes, 24 new tokens, temperature 0.5) and the
 held-out game's first turns (`--game` rows at temperature 0.3: the bench's 16 messages in turn, so
-rows repeat a prompt, as a GRPO group does) with the same seeds
-every way, then
-scores the GRPO samples (reference pass) and trains on them (forward_backward "ppo", no
+rows repeat a prompt, as a GRPO group does) with the same seeds every way, then scores the GRPO
+samples (reference pass) and trains on them (forward_backward "ppo", no
 optimizer step). It prints the medians, the speedups over the first way, how many samples came
 out alike every way and the largest logprob difference between the ways. `--ways columns merged
 --rounds 10` times the merged sampler alone.

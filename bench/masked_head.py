@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MESSAGES, machine, parser as bench_parser, print_header  # noqa: E402
+from rollouts import build  # noqa: E402
 
 SIDES = ("whole", "columns", "merged")  # every column unmerged; the allowed columns; and the merged sampler (float32)
 PHASES = ("grpo_sampling", "reference", "training", "game_sampling")
@@ -36,24 +37,13 @@ PHASES = ("grpo_sampling", "reference", "training", "game_sampling")
 def run(args) -> dict:
     import torch
 
-    from emojikit.api.components import BuildContext
     from emojikit.api.policy import Datum, SamplingParams
-    from emojikit.composition.recipe import COMPONENT_TABLES
-    from emojikit.composition.registry import get_registry
     from emojikit_local import sampling, scoring
 
     torch.set_num_threads(args.threads)
-
-    def build(kind: str, name: str, **overrides):
-        spec = get_registry().get(COMPONENT_TABLES[kind], name)
-        config, ctx = spec.config(**overrides), BuildContext(seed=args.seed)
-        if spec.preflight is not None:
-            spec.preflight(config, ctx)
-        return spec.factory(config, ctx)
-
     start = args.checkpoint
-    policy = build("backend", "local", **({"init_from": start} if start else {"lora_layers": 10}))
-    decoder = build("decoder", "emoji-mask")
+    policy = build("backend", "local", args.seed, **({"init_from": start} if start else {"lora_layers": 10}))
+    decoder = build("decoder", "emoji-mask", args.seed)
     merged = policy.merged_sampling
     real = {module: module.allowed_columns for module in (sampling, scoring)}
 

@@ -349,3 +349,51 @@ def test_prepacked_weights_give_the_plain_bfloat16_products(lora_layers):
     assert all(p is not None for p in packed.merged_sampling.packed) and not any(plain.merged_sampling.packed)
     assert [[s.tokens for s in g] for g in samples[0]] == [[s.tokens for s in g] for g in samples[1]]
     assert close([s.logprobs for g in samples[0] for s in g], [s.logprobs for g in samples[1] for s in g])
+
+
+def test_the_fused_float32_lora_product_matches_autograd_through_the_plain_ops():
+    from emojikit_local.precision import _LoraLinearF32
+
+    F = torch.nn.functional
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 32, generator=generator, requires_grad=True)
+    weight, bias = torch.randn(48, 32, generator=generator), torch.randn(48, generator=generator)
+    lora_A = torch.randn(4, 32, generator=generator, requires_grad=True)
+    lora_B = torch.randn(48, 4, generator=generator, requires_grad=True)
+    grad = torch.randn(3, 5, 48, generator=generator)
+    fused = _LoraLinearF32.apply(x, weight, bias, lora_A, lora_B, 2.0)
+    fused.backward(grad)
+    got = [fused.detach(), x.grad.clone(), lora_A.grad.clone(), lora_B.grad.clone()]
+    x.grad = lora_A.grad = lora_B.grad = None
+    plain = F.linear(x, weight, bias) + F.linear(F.linear(x, lora_A), lora_B) * 2.0  # peft's lora.Linear
+    plain.backward(grad)
+    for a, b in zip(got, [plain.detach(), x.grad, lora_A.grad, lora_B.grad]):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    # an input without a gradient (the lowest adapted layer under lora_layers): none computed
+    lora_A.grad = lora_B.grad = None
+    _LoraLinearF32.apply(x.detach(), weight, None, lora_A, lora_B, 2.0).backward(grad)
+    assert lora_A.grad is not None and lora_B.grad is not None
+
+
+@pytest.mark.parametrize("lora_layers", [None, 1])
+def test_float32_training_takes_one_node_a_projection_and_peft_gradients(lora_layers):
+    """The float32 policy's LoRA projections (float32_compute) against peft's own forward: the
+    same loss, gradients, step and logprobs, within float32 rounding."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    fused, plain = tiny_policy(micro_batch_size=3, lora_layers=lora_layers), tiny_policy(micro_batch_size=3, lora_layers=lora_layers)
+    lora = [m for m in plain.model.modules() if isinstance(m, LoraLinear)]
+    assert lora and all("forward" in vars(m) for m in lora)  # the fused forward is installed on every projection
+    for module in lora:
+        del module.forward  # peft's lora.Linear.forward again
+    same_adapters(fused, plain)
+    datums = random_datums(5, prompts="common")
+    for policy in (fused, plain):
+        policy.forward_backward(datums, "cross_entropy")
+    torch.testing.assert_close(trainable_grads(fused), trainable_grads(plain), rtol=1e-5, atol=1e-6)
+    for policy in (fused, plain):
+        policy.optim_step(AdamParams(learning_rate=1e-2))
+    scored = [policy.compute_logprobs(datums) for policy in (fused, plain)]
+    for a, b in zip(*scored):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=1e-5, atol=1e-5)

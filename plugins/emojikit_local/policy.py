@@ -23,7 +23,7 @@ from emojikit_local.config import LocalConfig
 from emojikit_local.frozen_layers import LowerLayers
 from emojikit_local.hardware import compute_dtype
 from emojikit_local.losses import LOSSES, loss_sum
-from emojikit_local.precision import SamplerCorrection, bfloat16_compute, float32_compute, float32_merged_sampling, prepack_available, unadapted_projections
+from emojikit_local.precision import SamplerCorrection, bfloat16_compute, float32_merged_sampling, prepack_available, unadapted_projections
 from emojikit_local.rows import RowWorkers, add_gradients, split_rows
 from emojikit_local.sampling import decode_batch
 from emojikit_local.scoring import first_needed_position, prefix_key, prefix_split, target_logprobs
@@ -135,11 +135,8 @@ class LocalPolicy:
         prepack = config.prepack_weights and prepack_available(self.device)
         if self.dtype == "bfloat16":
             self.merged_sampling = bfloat16_compute(self.model, prepack=prepack)
-        elif lowered:  # a bf16 base product stays faster unmerged
-            self.merged_sampling = None
-        else:  # float32: one autograd node a LoRA projection; the sampler multiplies by W + BA
-            float32_compute(self.model)
-            self.merged_sampling = float32_merged_sampling(self.model)
+        else:  # float32: the sampler multiplies by W + BA (a bf16 base product, if lowered, stays faster unmerged)
+            self.merged_sampling = None if lowered else float32_merged_sampling(self.model)
         # Below lora_layers: run once for a batch scored twice (the KL's reference pass, then training).
         self.lower_layers = LowerLayers(self.model, keep_bytes=config.keep_lower_layers_mb << 20)
         corrected = config.sampler_correction == "truncated_is" or (config.sampler_correction == "auto" and self.dtype == "bfloat16")

@@ -90,35 +90,6 @@ class _LoraLinearBF16(torch.autograd.Function):
         return grad_x.float(), None, None, grad_A, grad_B, None, None
 
 
-class _LoraLinearF32(torch.autograd.Function):
-    """base(x) + scaling * B(A(x)) in float32 as one autograd node, for one adapter without
-    dropout (the float32 training case). Why: peft's layer records five nodes a projection (the
-    base linear, A, B, the scale, the add) and scales and adds at the full output width; here the
-    adapter's product is added into the base product by one addmm, the backward scales the rank-r
-    gradient instead of the full-width one and sums the two input-gradient products in one addmm
-    (skipped where the input needs no gradient: the lowest adapted layer under lora_layers)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, lora_A, lora_B, scaling):
-        x_N_I = x.reshape(-1, x.shape[-1])
-        h_N_R = x_N_I @ lora_A.t()
-        out_N_O = F.linear(x_N_I, weight, bias).addmm_(h_N_R, lora_B.t(), alpha=scaling)
-        ctx.save_for_backward(x_N_I, weight, lora_A, lora_B, h_N_R)
-        ctx.scaling, ctx.input_shape = scaling, x.shape
-        return out_N_O.reshape(x.shape[:-1] + (weight.shape[0],))
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x_N_I, weight, lora_A, lora_B, h_N_R = ctx.saved_tensors
-        g_N_O = grad_out.reshape(-1, grad_out.shape[-1])
-        need_x, _, _, need_A, need_B, _ = ctx.needs_input_grad
-        grad_h_N_R = (g_N_O @ lora_B).mul_(ctx.scaling)
-        grad_A = grad_h_N_R.t() @ x_N_I if need_A else None
-        grad_B = (g_N_O.t() @ h_N_R).mul_(ctx.scaling) if need_B else None
-        grad_x = torch.addmm(g_N_O @ weight, grad_h_N_R, lora_A).reshape(ctx.input_shape) if need_x else None
-        return grad_x, None, None, grad_A, grad_B, None
-
-
 class _FrozenLinearBF16(torch.autograd.Function):
     """A frozen projection (the output head, a projection without an adapter) from its prepacked
     bf16 weight, float32 out; its backward gives the input's gradient alone."""
@@ -155,20 +126,6 @@ def _lora_linear_forward(layer, base: torch.nn.Linear, packed: Optional[PackedWe
         delta = F.linear(F.linear(h_bf, layer.lora_A[name].weight.to(BF16)), layer.lora_B[name].weight.to(BF16))
         out = out.add_(delta, alpha=layer.scaling[name])  # fp32 sum, no fp32 copy of delta
     return out
-
-
-def _lora_linear_forward_fp32(layer, base: torch.nn.Linear, peft_forward, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-    """peft's lora.Linear.forward in float32, one autograd node for the one-adapter case
-    (_LoraLinearF32); anything else (dropout, several adapters, another dtype) goes to peft."""
-    names = _active_adapters(layer)
-    if args or kwargs or layer.merged:  # per-row adapter names, or weights merged in place: peft's cases
-        return peft_forward(x, *args, **kwargs)
-    if not names:
-        return F.linear(x, base.weight, base.bias)
-    if len(names) == 1 and isinstance(layer.lora_dropout[names[0]], torch.nn.Identity) and x.dtype == base.weight.dtype == torch.float32:
-        name = names[0]
-        return _LoraLinearF32.apply(x, base.weight, base.bias, layer.lora_A[name].weight, layer.lora_B[name].weight, layer.scaling[name])
-    return peft_forward(x, *args, **kwargs)
 
 
 def _merged_forward(weight_bf: torch.Tensor, bias: Optional[torch.Tensor], packed: Optional[PackedWeight], x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
@@ -228,17 +185,6 @@ def bfloat16_compute(model, prepack: bool = False) -> "MergedSampling":
     head.forward = partial(_head_forward, head_bf, head.bias, packed(head_bf))
     setattr(head, COMPUTE_WEIGHT, head_bf)  # for the head over a mask's allowed tokens (head.project)
     return MergedSampling(layers, prepack=prepack)
-
-
-def float32_compute(model) -> None:
-    """Every float32 LoRA-wrapped projection of a peft model as one autograd node
-    (_LoraLinearF32), in place; DoRA adapters keep peft's forward (their magnitude vector is not
-    in it). The same products as peft's, summed in another order (~1e-7 relative)."""
-    from peft.tuners.lora import Linear as LoraLinear
-
-    for module in model.modules():
-        if isinstance(module, LoraLinear) and not any(module.use_dora.get(name, False) for name in module.lora_A):
-            module.forward = partial(_lora_linear_forward_fp32, module, module.get_base_layer(), module.forward)
 
 
 def float32_merged_sampling(model) -> Optional[MergedSampling]:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MESSAGES, machine, parser as bench_parser, print_header  # noqa: E402
 from rollouts import build  # noqa: E402
 
-SIDES = ("whole", "columns", "merged")  # every column unmerged; the allowed columns; and the merged sampler (float32)
+WAYS = ("whole", "columns", "merged")  # every column unmerged; the allowed columns; and the merged sampler (float32)
 PHASES = ("grpo_sampling", "reference", "training", "game_sampling")
 
 
@@ -47,7 +47,7 @@ def run(args) -> dict:
     merged = policy.merged_sampling
     real = {module: module.allowed_columns for module in (sampling, scoring)}
 
-    def side(name: str) -> None:
+    def use_way(name: str) -> None:
         for module, columns in real.items():
             module.allowed_columns = (lambda *a, **k: None) if name == "whole" else columns
         policy.merged_sampling = merged if name == "merged" else None
@@ -55,13 +55,13 @@ def run(args) -> dict:
     messages = (MESSAGES * (1 + max(args.targets, args.game) // len(MESSAGES)))
     grpo_prompts = [[{"role": "user", "content": m}] for m in messages[: args.targets]]
     game_prompts = [[{"role": "user", "content": m}] for m in messages[: args.game]]
-    ways = [w for w in SIDES if w in args.ways]
+    ways = [w for w in WAYS if w in args.ways]
     seconds = {s: {p: [] for p in PHASES} for s in ways}
     drawn = {s: [] for s in ways}
     try:
         for round_ in range(args.rounds + 1):  # round 0 warms every way up and is not counted
             for name in ways if round_ % 2 else reversed(ways):  # the order reversed every round
-                side(name)
+                use_way(name)
                 timed = {}
                 started = time.perf_counter()
                 groups = policy.sample(grpo_prompts, args.group, SamplingParams(max_tokens=24, temperature=0.5, seed=round_), decoder)
@@ -83,7 +83,7 @@ def run(args) -> dict:
                         seconds[name][phase].append(value)
                 drawn[name].append([s for g in groups + game for s in g])
     finally:
-        side("merged")
+        use_way("merged")
     same = sum(all(a.tokens == b.tokens for b in others) for rounds in zip(*drawn.values()) for a, *others in zip(*rounds))
     total = sum(len(samples) for samples in drawn[ways[0]])
     gap = max((abs(x - y) for rounds in zip(*drawn.values()) for a, *others in zip(*rounds) for b in others
@@ -104,7 +104,7 @@ def run(args) -> dict:
 def main() -> None:
     parser = bench_parser(__doc__, threads=2)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--ways", nargs="+", choices=SIDES, default=list(SIDES), help="which ways to time (the speedups are over the first)")
+    parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS), help="which ways to time (the speedups are over the first)")
     parser.add_argument("--targets", type=int, default=16, help="GRPO targets a step (recipes/grpo.toml: 16)")
     parser.add_argument("--group", type=int, default=4, help="episodes a target (recipes/grpo.toml: 4)")
     parser.add_argument("--game", type=int, default=64, help="held-out game rows sampled once each (the bench's 16 messages in turn)")
@@ -117,7 +117,7 @@ def main() -> None:
     print(f"{'phase':<15}" + "".join(f"{w + ' s':>11}" for w in ways) + "".join(f"{w + ' x':>11}" for w in ways[1:]) + f"   (speedups over {ways[0]})")
     for row in result["rows"]:
         print(f"{row['phase']:<15}" + "".join(f"{row[w + '_s']:>11.3f}" for w in ways) + "".join(f"{row[w + '_speedup']:>10.2f}x" for w in ways[1:]))
-    print(f"samples alike on every side: {result['same_tokens']}; largest logprob gap between the sides: {result['max_logprob_gap']:.2e}")
+    print(f"samples alike every way: {result['same_tokens']}; largest logprob gap between the ways: {result['max_logprob_gap']:.2e}")
 
 
 if __name__ == "__main__":

@@ -505,6 +505,40 @@ def test_lora_b_lr_ratio_moves_the_b_matrices_that_many_times_further():
     assert all(moved[4.0][n] == moved[1.0][n] == 0.0 for n in moved[1.0] if ".lora_A." in n)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", [{"lora_rank": 4, "lora_alpha": 2.0}, {"lora_alpha": 8.0}, {"lora_rank": 8, "lora_alpha": 8.0, "lora_layers": 1}])
+def test_a_checkpoint_of_another_lora_rank_or_alpha_plays_as_it_was_trained(tmp_path, shape, dtype):
+    """eval, chat and serve load a checkpoint into a policy built from their own recipe: the
+    saved rank and alpha (the scaling is not among the saved weights) must come with it."""
+    trained = tiny_policy(dtype=dtype, **shape)
+    trained.forward_backward(random_datums(3), "cross_entropy")
+    trained.optim_step(AdamParams(learning_rate=5e-2))
+    saved = trained.save(str(tmp_path / "ckpt"))
+    played = tiny_policy(dtype=dtype)  # rank 16, alpha 32: this run's recipe
+    def logprobs(policy):
+        return [x for row in policy.compute_logprobs(random_datums(3)) for x in row]
+
+    assert logprobs(played) != pytest.approx(logprobs(trained), abs=1e-3)
+    played.load(saved, with_optimizer=False)
+    assert logprobs(played) == pytest.approx(logprobs(trained), abs=1e-5)
+    params = SamplingParams(max_tokens=6, temperature=1.0, seed=5)
+    prompts = [[{"role": "user", "content": "w5 w6 w7"}]]
+    if dtype == "float32" or "lora_layers" not in shape:  # bf16 rounds a layer with a B = 0 adapter other than one without
+        assert [s.tokens for s in played.sample(prompts, 3, params)[0]] == [s.tokens for s in trained.sample(prompts, 3, params)[0]]
+    # and it trains on from there: the optimizer takes the saved shape's weights
+    played.forward_backward(random_datums(2), "cross_entropy")
+    played.optim_step(AdamParams(learning_rate=1e-3))
+
+
+def test_a_checkpoint_of_another_lora_shape_after_training_is_a_clear_error(tmp_path):
+    saved = tiny_policy(lora_rank=4).save(str(tmp_path / "ckpt"))
+    busy = tiny_policy()
+    busy.forward_backward(random_datums(2), "cross_entropy")
+    busy.optim_step(AdamParams(learning_rate=1e-3))
+    with pytest.raises(InputFileError, match=r"ckpt: saved with LoRA rank 4, alpha 32.0; this run has trained another shape already"):
+        busy.load(saved, with_optimizer=False)
+
+
 def test_resuming_with_another_lora_b_lr_ratio_grouping_names_the_optimizer_file(tmp_path):
     policy = tiny_policy(lora_b_lr_ratio=4.0)
     policy.forward_backward(random_datums(2), "cross_entropy")

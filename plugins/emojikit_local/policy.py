@@ -97,6 +97,36 @@ def _decoder_layers(model) -> torch.nn.ModuleList:
     return layers
 
 
+def adopt_saved_lora_shape(model, adapter: str, saved: dict) -> dict[int, torch.nn.Parameter]:
+    """Give `adapter` the rank and alpha of a saved adapter_config.json (`saved`), in place:
+    each LoRA projection's A and B are made again at the saved rank (their weights come from the
+    checkpoint next) and its scaling set from the saved alpha. Why: the scaling is not among the
+    saved weights, so an adapter loaded under another alpha would play silently wrong, and one of
+    another rank would not load. Returns old parameter id -> its replacement (empty: same shape)."""
+    from peft.tuners.lora import LoraLayer
+
+    config = model.peft_config[adapter]
+    if saved.get("rank_pattern") or saved.get("alpha_pattern"):
+        raise ValueError("per-module ranks or alphas (rank_pattern, alpha_pattern)")
+    rank, alpha, rslora = int(saved.get("r", config.r)), saved.get("lora_alpha", config.lora_alpha), bool(saved.get("use_rslora", False))
+    if (rank, alpha, rslora) == (config.r, config.lora_alpha, bool(config.use_rslora)):
+        return {}
+    replaced: dict[int, torch.nn.Parameter] = {}
+    for layer in model.modules():
+        if not isinstance(layer, LoraLayer) or adapter not in layer.lora_A:
+            continue
+        for side, shape in (("lora_A", (rank, layer.in_features)), ("lora_B", (layer.out_features, rank))):
+            old = getattr(layer, side)[adapter].weight
+            if tuple(old.shape) != shape:
+                new = torch.nn.Parameter(old.new_zeros(shape), requires_grad=old.requires_grad)
+                getattr(layer, side)[adapter].weight = new
+                replaced[id(old)] = new
+        layer.r[adapter], layer.lora_alpha[adapter], layer.use_rslora[adapter] = rank, alpha, rslora
+        layer.scaling[adapter] = alpha / (rank ** 0.5 if rslora else rank)
+    config.r, config.lora_alpha, config.use_rslora = rank, alpha, rslora
+    return replaced
+
+
 class LocalPolicy:
     def __init__(self, model, tokenizer, config: LocalConfig, *, seed: int = 0):
         """Wrap a loaded base model (see loading.load_model_and_tokenizer) with LoRA."""
@@ -408,6 +438,21 @@ class LocalPolicy:
         self.step += 1
         return {"grad_norm": float(grad_norm), "learning_rate": params.learning_rate}
 
+    def _adopt_lora_shape(self, path: Path) -> None:
+        """A checkpoint saved with another LoRA rank or alpha than this run's (a sender trained
+        with other [backend] settings, played by eval, chat or serve) plays with its own."""
+        try:
+            saved = json.loads((path / "adapter_config.json").read_text(encoding="utf-8"))
+            replaced = adopt_saved_lora_shape(self.model, TRAINED, saved)
+        except (OSError, json.JSONDecodeError, ValueError, TypeError) as exc:
+            raise InputFileError(f"{path / 'adapter_config.json'}: cannot read the adapter's LoRA shape ({exc})") from None
+        if not replaced:
+            return
+        if self.optimizer is not None:
+            raise InputFileError(f"{path}: saved with LoRA rank {saved.get('r')}, alpha {saved.get('lora_alpha')}; this run has trained another shape already")
+        self.trainable = [replaced.get(id(p), p) for p in self.trainable]
+        self.frozen = [replaced.get(id(p), p) for p in self.frozen]
+
     def _frozen_as_reference(self) -> bool:
         """Whether the frozen weights (below lora_layers) equal the reference adapter's."""
         params, frozen = dict(self.model.named_parameters()), {id(p) for p in self.frozen}
@@ -467,6 +512,7 @@ class LocalPolicy:
         from peft import load_peft_weights, set_peft_model_state_dict
 
         path = checkpoint.check_checkpoint(ref, resuming=with_optimizer)
+        self._adopt_lora_shape(path)
         weights = load_peft_weights(str(path), device=str(self.device))
         try:
             result = set_peft_model_state_dict(self.model, weights, adapter_name=TRAINED)

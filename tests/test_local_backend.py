@@ -515,6 +515,7 @@ def test_a_checkpoint_of_another_lora_rank_or_alpha_plays_as_it_was_trained(tmp_
     trained.optim_step(AdamParams(learning_rate=5e-2))
     saved = trained.save(str(tmp_path / "ckpt"))
     played = tiny_policy(dtype=dtype)  # rank 16, alpha 32: this run's recipe
+
     def logprobs(policy):
         return [x for row in policy.compute_logprobs(random_datums(3)) for x in row]
 
@@ -525,9 +526,14 @@ def test_a_checkpoint_of_another_lora_rank_or_alpha_plays_as_it_was_trained(tmp_
     prompts = [[{"role": "user", "content": "w5 w6 w7"}]]
     if dtype == "float32" or "lora_layers" not in shape:  # bf16 rounds a layer with a B = 0 adapter other than one without
         assert [s.tokens for s in played.sample(prompts, 3, params)[0]] == [s.tokens for s in trained.sample(prompts, 3, params)[0]]
-    # and it trains on from there: the optimizer takes the saved shape's weights
+    # and it trains on from there: the optimizer holds the saved shape's weights, and they move
+    before = logprobs(played)
     played.forward_backward(random_datums(2), "cross_entropy")
     played.optim_step(AdamParams(learning_rate=1e-3))
+    rank = shape.get("lora_rank", 16)
+    assert {p.shape[0] for name, p in played.model.named_parameters() if ".lora_A." in name} == {rank}
+    assert {id(p) for group in played.optimizer.param_groups for p in group["params"]} == {id(p) for p in played.trainable}
+    assert logprobs(played) != pytest.approx(before, abs=1e-6)
 
 
 def test_a_checkpoint_of_another_lora_shape_after_training_is_a_clear_error(tmp_path):

@@ -317,12 +317,56 @@ def test_kill9_then_resume_leaves_one_tracker_run_with_every_step_once(tmp_path,
         assert ids == {tracker_state["wandb"]["id"]}  # the resumed folder continues the same W&B run (wandb sync merges them)
     if "mlflow" in INSTALLED:
         assert [s for s, _ in mlflow_series(tmp_path, tracker_state["mlflow"]["id"])["step_seconds"]] == want
+    # Every key of both files at its steps once: a step's held-out row and its metrics row are
+    # separate writes, and a kill -9 can keep one of them only.
+    expected = expected_series(run_dir)
+    assert [s for s, _ in expected["heldout/success_rate"]] == [0, 2, 4, 6]
+    readers = {"tensorboard": lambda: tensorboard_series(run_dir), "trackio": lambda: trackio_series(tmp_path, tracker_state["trackio"]["id"]),
+               "wandb": lambda: wandb_series(run_dir), "mlflow": lambda: mlflow_series(tmp_path, tracker_state["mlflow"]["id"])}
+    for name in INSTALLED:
+        got = readers[name]()
+        assert {key: [s for s, _ in got.get(key, [])] for key in expected} == {key: [s for s, _ in series] for key, series in expected.items()}, f"{name}, killed after step {killed_at}"
     # Values of the steps run once are metrics.jsonl's; a step re-run after the checkpoint keeps its first values.
     if "tensorboard" in INSTALLED:
         rows = {r["step"]: r for r in read_rows(metrics)}
         for step, value in tensorboard_series(run_dir)["reward_mean"]:
             if step <= 2:
                 assert value == pytest.approx(rows[step]["reward_mean"], rel=1e-6)
+
+
+TRACKIO_LOST_ROW = """
+import json, sys
+from pathlib import Path
+import trackio
+from trackio.sqlite_storage import SQLiteStorage
+from emojikit import TrackedRun
+from emojikit_trackers.trackio_tracker import TrackioConfig, TrackioTracker
+
+run = trackio.init(project="emojikit", name="killed", embed=False, auto_log_gpu=False, auto_log_cpu=False)
+run.log({"loss": 1.0}, step=1)
+run.log({"heldout/success_rate": 0.5}, step=1)
+run.log({"heldout/success_rate": 0.25}, step=2)  # step 2's metrics row was lost to the kill -9
+run.finish()
+tracker = TrackioTracker(TrackioConfig())
+tracker.start(TrackedRun(name="grpo", kind="grpo", run_dir=Path("run"), config={}, resume_id="killed", resume_step=2))
+stored = tracker.stored_step()
+for step, loss, heldout in ((1, 9.0, 9.0), (2, 2.0, 9.0), (3, 3.0, None)):  # the rows up to the checkpoint, then a re-run step
+    tracker.log_metrics({"loss": loss}, step)
+    if heldout is not None:
+        tracker.log_metrics({"heldout/success_rate": heldout}, step)
+tracker.finish("finished")
+logs = SQLiteStorage.get_logs("emojikit", "killed")
+print(json.dumps({"stored": stored, "rows": sorted([row["step"], key, row[key]] for row in logs for key in row if key not in ("step", "timestamp"))}))
+"""
+
+
+def test_trackio_resume_sends_a_row_lost_beside_a_kept_row_of_its_step(tmp_path):
+    pytest.importorskip("trackio", reason=f"the trackio tracker's library; {EXTRA}")
+    done = subprocess.run([sys.executable, "-c", TRACKIO_LOST_ROW], env=tracker_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    assert result["stored"] is not None and result["stored"] < 2  # step 2 is not whole in the store
+    assert result["rows"] == [[1, "heldout/success_rate", 0.5], [1, "loss", 1.0], [2, "heldout/success_rate", 0.25], [2, "loss", 2.0], [3, "loss", 3.0]]
 
 
 # --- a third-party tracker: the contract, failures, resume ------------------------------------------

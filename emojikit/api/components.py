@@ -281,9 +281,10 @@ class Tracker(Protocol):
 
 @runtime_checkable
 class StoredStep(Protocol):
-    """Optional tracker capability: the last step the tracker's own store holds for the run
-    (-1 when it holds none; None when it cannot tell, and emojikit trusts what it recorded as
-    sent). On resume, steps after it are sent again from metrics.jsonl up to the checkpoint, so a
-    write the tracker lost to kill -9 leaves no gap, and none comes twice."""
+    """Optional tracker capability: the last step up to which the tracker's own store holds every
+    row of the run (-1 when it holds none; None when it cannot tell, and emojikit trusts what it
+    recorded as sent). On resume, rows after it are sent again from metrics.jsonl and eval.jsonl
+    up to the checkpoint, so a write the tracker lost to kill -9 leaves no gap. A lower step is
+    safe when log_metrics skips the (key, step) pairs the store already holds: none comes twice."""
 
     def stored_step(self) -> Optional[int]: ...

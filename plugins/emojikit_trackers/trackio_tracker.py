@@ -36,7 +36,7 @@ class TrackioTracker:
         self.run = None
         self.name = ""
         self.last_step = 0
-        self.stored: set[int] = set()
+        self.stored: dict[str, set[int]] = {}  # on a resume: the steps the store holds, by key
 
     def _import(self):
         import sys
@@ -57,15 +57,13 @@ class TrackioTracker:
         self.run = trackio.init(project=self.config.project, name=self.name, config=run_config(run), resume="allow" if run.resume_id else "never",
                                 embed=False, auto_log_gpu=False, auto_log_cpu=False)
         self.last_step = run.resume_step or 0
-        # A kill -9 can lose a row trackio's background thread had not written while a later one
-        # was: the steps its store holds, so a resume fills the gap without writing a step twice.
-        self.stored = self._stored_steps() if run.resume_id else set()
+        self.stored = self._stored_keys() if run.resume_id else {}
         return self.name
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        if step in self.stored:
-            return
-        self.run.log(dict(metrics), step=step)
+        fresh = {key: value for key, value in metrics.items() if step not in self.stored.get(key, ())}
+        if fresh:
+            self.run.log(fresh, step=step)
         self.last_step = max(self.last_step, step)
 
     def log_table(self, name: str, columns: list[str], rows: list[list]) -> None:
@@ -77,18 +75,24 @@ class TrackioTracker:
         if self.run is not None:
             self.run.finish()  # flushes the rows its background thread still holds
 
-    def _stored_steps(self) -> set[int]:
+    def _stored_keys(self) -> dict[str, set[int]]:
         from trackio.sqlite_storage import SQLiteStorage
 
-        return {int(row["step"]) for row in SQLiteStorage.get_logs(self.config.project, self.name) if row.get("step") is not None}
+        stored: dict[str, set[int]] = {}
+        for row in SQLiteStorage.get_logs(self.config.project, self.name):
+            if row.get("step") is not None:
+                for key in row.keys() - {"step", "timestamp"}:
+                    stored.setdefault(key, set()).add(int(row["step"]))
+        return stored
 
     def stored_step(self) -> Optional[int]:
-        """The last step before the first gap in the store (-1: it holds none), so every lost
-        step is sent again; steps it holds past a gap are skipped when they come again."""
-        stored, step = self._stored_steps(), 0
-        while step + 1 in stored:
-            step += 1
-        return step if step else -1
+        """0 when the store holds rows of the run (-1: none): every row up to the checkpoint is
+        offered again, and log_metrics skips the (key, step) pairs the store holds. trackio's
+        background thread writes each log call as its own row, so a kill -9 can lose one step's
+        metrics row and keep its held-out row, or lose a row while a later one was written: only
+        the keys tell which rows are there."""
+        self.stored = self._stored_keys()
+        return 0 if self.stored else -1
 
 
 def build(config: TrackioConfig, ctx) -> TrackioTracker:

@@ -90,8 +90,7 @@ class TrackioTracker:
         offered again, and log_metrics skips the (key, step) pairs the store holds. trackio's
         background thread writes each log call as its own row, so a kill -9 can lose one step's
         metrics row and keep its held-out row, or lose a row while a later one was written: only
-        the keys tell which rows are there."""
-        self.stored = self._stored_keys()
+        the keys tell which rows are there (read once, by start)."""
         return 0 if self.stored else -1
 
 

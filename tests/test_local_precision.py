@@ -322,12 +322,28 @@ def test_the_fused_bfloat16_lora_product_matches_autograd_through_the_plain_ops(
         assert float((a - b).abs().max()) <= 0.01 * float(b.abs().max())
 
 
+def test_prepacking_is_offered_exactly_where_the_cpu_has_the_bfloat16_reorder(monkeypatch):
+    """An AVX2-only CPU has no oneDNN bf16 reorder: a bf16 policy asked to prepack runs from the plain weights there."""
+    from emojikit.support.cpu import cpu_features
+    from emojikit_local import policy as local_policy
+    from emojikit_local.precision import prepack_available
+
+    features = cpu_features()
+    if features and torch.backends.mkldnn.is_available() and {"avx2", "avx512f"} & features:  # x86 Linux: the flags decide
+        assert prepack_available(torch.device("cpu")) == ({"avx512bw", "avx512vl", "avx512dq"} <= features or "avx_ne_convert" in features)
+    assert not prepack_available(torch.device("meta"))
+    monkeypatch.setattr(local_policy, "prepack_available", lambda device: False)
+    plain = tiny_policy(dtype="bfloat16", prepack_weights=True, micro_batch_size=8)
+    assert plain.model.get_output_embeddings().forward.args[-1] is None
+    assert plain.forward_backward(random_datums(prompts="common"), "cross_entropy").loss > 0
+
+
 @pytest.mark.parametrize("lora_layers", [None, 1])
 def test_prepacked_weights_give_the_plain_bfloat16_products(lora_layers):
     from emojikit_local.precision import PackedWeight, prepack_available
 
     if not prepack_available(torch.device("cpu")):
-        pytest.skip("this torch build has no oneDNN (mkldnn): weights cannot be prepacked")
+        pytest.skip("this CPU or torch build cannot lay out bf16 weights for oneDNN (AVX2-only, or no mkldnn): weights cannot be prepacked")
     packed, plain = (tiny_policy(dtype="bfloat16", lora_layers=lora_layers, prepack_weights=flag, micro_batch_size=8) for flag in (True, False))
     assert isinstance(packed.model.get_output_embeddings().forward.args[-1], PackedWeight)
     assert plain.model.get_output_embeddings().forward.args[-1] is None

@@ -21,7 +21,7 @@ logprobs are corrected for instead of matched (`SamplerCorrection`).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import partial
+from functools import lru_cache, partial
 from typing import Iterator, Optional
 
 import torch
@@ -45,7 +45,21 @@ class PackedWeight:
 
 
 def prepack_available(device: torch.device) -> bool:
-    return device.type == "cpu" and torch.backends.mkldnn.is_available()
+    """Whether frozen bf16 weights can be prepacked on `device`: a CPU whose oneDNN lays out bf16
+    weights. Elsewhere the products run from the plain weights."""
+    return device.type == "cpu" and torch.backends.mkldnn.is_available() and _cpu_reorders_bfloat16()
+
+
+@lru_cache(maxsize=None)
+def _cpu_reorders_bfloat16() -> bool:
+    """oneDNN's bf16 weight reorder needs avx512bw, avx512vl and avx512dq (or avx_ne_convert): an
+    AVX2-only CPU, where bf16 is emulated, refuses it. Asked once by trying, which holds on every
+    platform where a flag list would not."""
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=BF16), 8)
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return False
+    return True
 
 
 def _product(x_bf: torch.Tensor, weight_bf: torch.Tensor, bias_bf: Optional[torch.Tensor], packed: Optional[PackedWeight]) -> torch.Tensor:

@@ -3,6 +3,7 @@ the `kind = "data"` pipeline (recipes/data.toml)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -233,6 +234,30 @@ def test_data_recipe_small_count_produces_valid_files(tmp_path):
     assert not rl_texts & {r["messages"][1]["content"] for r in test}
     assert all(len(t.split()) <= 12 for t in rl_texts | held_texts)
     assert 0 < stats["test_literal_similarity"] < 1 and stats["test_distinct_emoji_per_100"] > 0
+
+
+def test_messages_of_the_exclude_files_never_become_pairs_or_rl_targets(tmp_path):
+    """[data] exclude_files: the held-out sets later runs measure on. The generated source's own
+    first messages, named there, are replaced by the next ones; the run still makes `count` pairs."""
+    from emojikit_text.generated import GeneratedConfig, GeneratedSource
+
+    first = [m.text for m in itertools.islice(GeneratedSource(GeneratedConfig(), seed=0).messages(60), 60)]
+    held = tmp_path / "held.txt"
+    held.write_text("\n".join(first[::2]) + "\n", encoding="utf-8")  # every other one of the first 60: 30 messages
+    recipe = _data_recipe(tmp_path, 'use = "generated"', f'count = 40\nrl_count = 10\nexclude_files = ["{held}"]')
+    result = CliRunner().invoke(cli, ["run", str(recipe)])
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "run"
+    pairs = [json.loads(line)["messages"][1]["content"] for name in ("sft_train.jsonl", "sft_test.jsonl") for line in (run / name).read_text(encoding="utf-8").splitlines()]
+    targets = [json.loads(line)["text"] for name in ("rl_prompts.jsonl", "rl_heldout.jsonl") for line in (run / name).read_text(encoding="utf-8").splitlines()]
+    stats = json.loads((run / "data_stats.json").read_text(encoding="utf-8"))
+    assert len(pairs) + stats["dropped_no_answer"] + stats["dropped_invalid"] == 40
+    assert not set(first[::2]) & set(pairs + targets)
+    assert set(first[1::2]) & set(pairs)  # their neighbours in the draw still train
+    assert stats["excluded_messages"] >= 20
+    held.write_bytes(b"a line\ncaf\xe9\n")  # line 2: Latin-1, not UTF-8
+    checked = CliRunner().invoke(cli, ["validate", str(recipe)])
+    assert checked.exit_code == 2 and f"[data] exclude_files: {held}:2: not UTF-8" in checked.output, checked.output
 
 
 def test_a_count_over_a_small_sources_size_uses_every_message_with_a_note(tmp_path):

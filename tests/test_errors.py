@@ -76,6 +76,13 @@ CASES = [
     Case("prompts-missing-text-field", ["run", str(RECIPES / "data.toml"), "--set", 'prompts={ use = "jsonl", path = "prompts.jsonl" }'],
          ["data.toml: [prompts] prompts.jsonl:2: expected a non-empty string in field 'text'"],
          files={"prompts.jsonl": jsonl([{"text": "hello"}, {"message": "no text field"}])}),
+    Case("heldout-file-missing", ["run", "grpo.toml", "--set", "grpo.heldout_file=heldout.jsonl"], ["grpo.toml: [grpo] heldout_file: heldout.jsonl does not exist"]),
+    Case("heldout-file-missing-before-upstream", ["run", "grpo.toml", "--set", "grpo.start_from=sft2.toml", "--set", "grpo.heldout_file=heldout.jsonl"],
+         ["grpo.toml: [grpo] heldout_file: heldout.jsonl does not exist"], files={"sft2.toml": SFT.replace('out = "run"', 'out = "sftrun"')}),
+    Case("compare-file-bad-line", ["validate", "grpo.toml", "--set", 'grpo.compare_files=["real.jsonl"]'],
+         ['[grpo] compare_files', 'real.jsonl:2: expected a "text" string'], files={"real.jsonl": jsonl([{"text": "hi there"}, {"message": "no text"}])}),
+    Case("targets-not-utf8", ["eval", "--recipe", str(RECIPES / "eval.toml"), "--targets", "targets.csv", "--out", "run"],
+         ["targets.csv:2: not UTF-8"], files={"targets.csv": b"text\ncaf\xe9 au lait\n"}),
     Case("eval-targets-missing", ["eval", "--recipe", str(RECIPES / "eval.toml"), "--targets", "targets.txt", "--out", "run"],
          ["eval.toml: [eval] targets_file", "targets.txt"]),
     # checkpoints
@@ -89,6 +96,9 @@ CASES = [
     # CLI arguments
     Case("set-not-a-table", ["run", "sft.toml", "--set", "kind.name=x"], ["--set kind.name=x: kind is not a table"]),
     Case("set-wrong-type", ["run", "sft.toml", "--set", "seed=abc"], ["sft.toml: seed: expected an integer, got 'abc'"]),
+    Case("set-true-as-number", ["validate", "grpo.toml", "--set", "grpo.steps=true"], ["grpo.toml: [grpo] steps: expected an integer, got true"]),
+    Case("set-text-as-truth", ["validate", "grpo.toml", "--set", "grpo.compare=yes"], ["grpo.toml: [grpo] compare: expected true or false, got 'yes'"]),
+    Case("out-is-a-file-validate", ["validate", "sft.toml", "--set", "out=train.jsonl"], ["train.jsonl: is a file, expected a run directory"]),
     Case("list-plugins-unknown-kind", ["list-plugins", "--kind", "judges"], ["'judges' is not a component kind (did you mean 'judge'?); kinds: prompt_source, teacher, judge"]),
     Case("describe-unknown-component", ["describe", "teacher", "lexicn"], ["lexicn", "did you mean 'lexicon'"]),
     # environment

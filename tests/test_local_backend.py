@@ -644,6 +644,56 @@ def test_row_workers_train_as_one_thread_does_and_the_same_every_run(loss):
         assert got == pytest.approx(want, abs=1e-5)
 
 
+def test_row_workers_sample_their_own_rows_the_same_every_run_and_as_the_scorer_reads_them(monkeypatch):
+    """parallel = "rows" while sampling: the rows split between the workers, a prompt's samples in
+    one part, each part decoded on its worker's thread. Two policies draw the same samples whatever
+    thread finishes first, every sample is its own prompt's, the scorer gives its logprobs, and a
+    greedy decode gives the tokens of the products split across threads ("ops")."""
+    import threading
+
+    import emojikit_local.policy as policy_module
+
+    calls = []
+    real = policy_module.decode_batch
+
+    def spy(model, rows, **kwargs):
+        calls.append((threading.current_thread().name, {tuple(r) for r in rows}, len(rows)))
+        return real(model, rows, **kwargs)
+
+    monkeypatch.setattr(policy_module, "decode_batch", spy)
+    rows_a, rows_b = tiny_policy(row_threads=2), tiny_policy(row_threads=2)
+    ops = tiny_policy(row_threads=2, parallel="ops")
+    for a, b, c in zip(rows_a.trainable, rows_b.trainable, ops.trainable):  # an adapter that changes the draws
+        torch.nn.init.normal_(a, std=0.05, generator=torch.Generator().manual_seed(a.numel()))
+        b.data.copy_(a.data)
+        c.data.copy_(a.data)
+    decoder = IdSetDecoder(lambda tok: list(range(4, TINY_VOCAB, 2)))
+    prompts = [[{"role": "user", "content": text}] for text in ("w5 w6 w7", "w9 w10 w11 w12 w13 w14", "w8", "w15 w16")]
+    params = SamplingParams(max_tokens=7, temperature=0.9, seed=5)
+
+    groups = rows_a.sample(prompts, 3, params, decoder)
+    assert len(calls) == 2 and all(name.startswith("emojikit-rows") for name, _, _ in calls)
+    assert sum(n for _, _, n in calls) == 12 and not calls[0][1] & calls[1][1]  # each prompt's rows in one part
+    for prompt, group in zip(prompts, groups):
+        assert len(group) == 3 and all(s.prompt_tokens == rows_a.encode_prompt(prompt) for s in group)
+    again = rows_b.sample(prompts, 3, params, decoder)
+    assert [[s.tokens for s in g] for g in again] == [[s.tokens for s in g] for g in groups]
+    assert [[s.logprobs for s in g] for g in again] == [[s.logprobs for s in g] for g in groups]
+    samples = [s for group in groups for s in group]
+    assert len({tuple(s.tokens) for s in samples}) > 4  # real draws, not one answer repeated
+    datums = [Datum.from_sample(s, advantage=1.0, decoded=True) for s in samples]
+    for s, lp in zip(samples, rows_a.compute_logprobs(datums, temperature=0.9, decoder=decoder)):
+        assert lp[-len(s.tokens):] == pytest.approx(s.logprobs, abs=1e-4)
+
+    calls.clear()
+    greedy = SamplingParams(max_tokens=7, temperature=0.0, seed=5)
+    by_rows, by_ops = rows_a.sample(prompts, 1, greedy, decoder), ops.sample(prompts, 1, greedy, decoder)
+    assert len(calls) == 3  # two parts by rows, one call by ops
+    assert [g[0].tokens for g in by_rows] == [g[0].tokens for g in by_ops]
+    for a, b in zip(by_rows, by_ops):
+        assert a[0].logprobs == pytest.approx(b[0].logprobs, abs=1e-4)  # float rounding: one thread against two
+
+
 def test_an_error_in_a_row_worker_is_raised_by_the_step(monkeypatch):
     import emojikit_local.policy as policy_module
 

@@ -6,13 +6,30 @@ from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Mapping, Optional, Sequence, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 
 class ConfigModel(BaseModel):
     """Every config rejects unknown keys, so a typo is an error, never a silent default."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_truth_as_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """`steps = true` is not 1 step, nor `compare = "yes"` or 1 true: pydantic's lax mode
+        would take both, and the run would silently do something else than the recipe says."""
+        field = cls.model_fields.get(info.field_name) if info.field_name else None
+        if field is None or value is None:
+            return value
+        leaves = {leaf for leaf, _ in _annotation_parts(field.annotation, field.metadata)}
+        if isinstance(value, bool) and bool not in leaves and leaves & {int, float}:
+            kind = "int_type" if int in leaves else "float_type"
+            raise PydanticCustomError(kind, "expected a number, got true or false")
+        if leaves == {bool} and not isinstance(value, bool):
+            raise PydanticCustomError("bool_type", "expected true or false")
+        return value
 
 
 def _must_exist(path: Path) -> Path:

@@ -614,6 +614,10 @@ def check_ready(recipe: Recipe) -> None:
     """What the run would reject before training, checked now (by `validate` and `run`, before
     a run directory is made): the loop module's `preflight(recipe)`, when it has one. It may
     read the datasets and load a tokenizer, never a model."""
+    if Path(recipe.out).is_file():  # as RunDir would refuse it, after the stages before it ran
+        from emojikit.api.errors import RunDirectoryError
+
+        raise RunDirectoryError(f"{recipe.out}: is a file, expected a run directory; choose another name with --set name=<new> (or out=<dir>)")
     if recipe.kind == "eval":  # every sender's files, before the first game (not when its turn comes)
         from emojikit.composition.preflight import check_sender_checkpoints
 

@@ -6,6 +6,7 @@ evaluate, comparison, repair) and the web game, so none of them imports another 
 
 from __future__ import annotations
 
+import io
 import itertools
 from pathlib import Path
 from typing import Optional
@@ -19,17 +20,22 @@ def read_targets(path: Path, limit: Optional[int] = None):
     import csv
 
     from emojikit.api.errors import InputFileError
-    from emojikit.support.io import INPUT_LINE_MAX_BYTES, read_jsonl, read_lines
+    from emojikit.support.io import read_jsonl_numbered, read_lines
 
     path = Path(path)
     if path.suffix == ".jsonl":
-        rows = [Message(str(r.get("text", "")).strip(), str(r.get("category") or "unknown")) for r in read_jsonl(path, max_line_bytes=INPUT_LINE_MAX_BYTES)]
+        rows = []
+        for number, row in read_jsonl_numbered(path):
+            if not isinstance(row.get("text"), str):
+                raise InputFileError(f'{path}:{number}: expected a "text" string (and optionally "category"), got keys {sorted(row)}')
+            rows.append(Message(row["text"].strip(), str(row.get("category") or "unknown")))
     elif path.suffix in (".csv", ".tsv"):
-        with path.open(encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ",")
-            if "text" not in (reader.fieldnames or []):
-                raise InputFileError(f"{path}:1: expected a header with a text column (and optionally category), got {reader.fieldnames}")
-            rows = [Message((r.get("text") or "").strip(), (r.get("category") or "unknown").strip()) for r in reader]
+        # read_lines first: a line that is not UTF-8 (or too long) is named by file:line
+        text = "\n".join(line for _, line, _ in read_lines(path, what="targets file"))
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ",")
+        if "text" not in (reader.fieldnames or []):
+            raise InputFileError(f"{path}:1: expected a header with a text column (and optionally category), got {reader.fieldnames}")
+        rows = [Message((r.get("text") or "").strip(), (r.get("category") or "unknown").strip()) for r in reader]
     else:
         rows = [Message(line.strip()) for _, line, _ in read_lines(path, what="targets file") if line.strip()]
     rows = [m for m in rows if m.text][:limit]
@@ -52,8 +58,8 @@ def split_targets(recipe, g, run_dir, seen: frozenset[str] = frozenset()) -> tup
     source = recipe.build("prompts", run_dir.path)
     seen = seen | excluded_texts(recipe, g)  # the other held-out sets never train either
     if g.heldout_file is not None:
-        if not Path(g.heldout_file).is_file():
-            raise InputFileError(f"{recipe.path}: [{table_of(g)}] heldout_file: {g.heldout_file} does not exist (make it with: emojikit run recipes/data.toml)")
+        if not Path(g.heldout_file).is_file():  # preflight let it pass as an upstream run's output: that run did not write it
+            raise InputFileError(f"{recipe.path}: [{table_of(g)}] heldout_file: {g.heldout_file} does not exist")
         whole_file = read_targets(g.heldout_file)
         heldout = whole_file[: g.eval_targets]
         held = {m.text for m in whole_file}  # the whole file, also the rows past eval_targets, never trains
@@ -67,6 +73,50 @@ def split_targets(recipe, g, run_dir, seen: frozenset[str] = frozenset()) -> tup
     if not train:
         raise ConfigError(f"{recipe.path}: [{table_of(g)}] eval_targets: the prompt source gave no messages for training")
     return heldout, train
+
+
+def check_target_files(recipe, g) -> None:
+    """heldout_file, compare_files and exclude_files read now as the run will read them, so that
+    a missing file or a bad line stops `validate` and `run` before any stage trains. A file not
+    there yet passes only inside the run directory of a recipe this one runs first (a data run's
+    rl_heldout.jsonl)."""
+    from emojikit.api.errors import InputFileError
+
+    named = [("heldout_file", g.heldout_file)] if g.heldout_file is not None else []
+    named += [(key, path) for key in ("compare_files", "exclude_files") for path in getattr(g, key, [])]
+    upstream: Optional[list[Path]] = None
+    for key, path in named:
+        path = Path(path)
+        if path.is_file():
+            try:
+                read_targets(path)
+            except InputFileError as exc:
+                raise InputFileError(f"{recipe.path}: [{table_of(g)}] {key}: {exc}") from None
+            continue
+        if upstream is None:
+            upstream = upstream_run_dirs(recipe)
+        if not any(path.resolve().is_relative_to(run.resolve()) for run in upstream):
+            raise InputFileError(f"{recipe.path}: [{table_of(g)}] {key}: {path} does not exist")
+
+
+def upstream_run_dirs(recipe) -> list[Path]:
+    """The run directories of the recipes `emojikit run` runs before this one (start_from, then
+    that recipe's own upstream), whether or not they have run."""
+    from emojikit.api.errors import EmojikitError
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.stages.pipeline import upstream_ref
+
+    dirs: list[Path] = []
+    seen: set[str] = set()
+    current = recipe
+    while (ref := upstream_ref(current)) is not None and ref[2] not in seen:
+        seen.add(ref[2])
+        try:
+            current = load_recipe(ref[2])
+        except EmojikitError:  # that recipe's own check reports it
+            break
+        dirs.append(Path(current.out))
+    return dirs
 
 
 def table_of(g) -> str:

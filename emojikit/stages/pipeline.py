@@ -301,6 +301,13 @@ def show_reused(stage: Stage, echo: Callable[[str], None]) -> None:
 
 def execute(stages: list[Stage], echo: Callable[[str], None] = print) -> None:
     """Run the plan: a header per stage, then the stage's own progress bar and output."""
+    # A GRPO or RFT stage's checks read nothing an upstream stage writes (a held-out file inside
+    # an upstream run directory passes until that run has made it): run them before the data and
+    # SFT stages, so that a bad held-out file stops the command now, not 20-60 minutes later.
+    for stage in stages:
+        upstream_runs = stage.upstream is not None and stage.upstream.action in ("run", "resume")
+        if stage.action in ("run", "resume") and stage.kind in ("grpo", "rft") and upstream_runs:
+            check_ready(stage.recipe)
     for line, stage in zip(describe(stages), stages):
         if stage.action in ("run", "resume"):
             run_stage(stage, resume_command(stages, stage), announce=lambda line=line: echo(line))

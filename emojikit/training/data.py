@@ -29,7 +29,7 @@ from pydantic import Field, model_validator
 
 from emojikit.api import emojis
 from emojikit.api.components import TEACHER_DROP_REASONS, CandidatePool, JudgeView, Message, RepairTeacher, TargetBelief
-from emojikit.api.config import ConfigModel
+from emojikit.api.config import ConfigModel, ExistingFile
 from emojikit.api.errors import ConfigError
 from emojikit.api.format import DEFAULT_FORMAT
 from emojikit.support.io import atomic_write_jsonl, atomic_write_text
@@ -53,6 +53,11 @@ class DataSettings(ConfigModel):
         None, description="Keep an RL target only if sender -> judge -> similarity reaches this (None = no filter; needs [judge], [reward], [backend])."
     )
     filter_max_turns: int = Field(1, ge=1, description="Game turns the communicability filter plays per candidate.")
+    exclude_files: list[ExistingFile] = Field(
+        [], description="Held-out sets whose messages never become an SFT pair or an RL target: the sets later runs measure on "
+        "(JSONL with a \"text\" field, CSV/TSV with a text column, or plain text, as `emojikit eval --targets` reads them). "
+        "recipes/data.toml names the shipped ones (recipes/targets/), which the generated and chitchat sources can repeat."
+    )
     score_answers: bool = Field(
         False, description="Score every SFT training pair by how well the [judge] reads the teacher's answer: its log-belief in the "
         "pair's message among every training message, from the answer alone (one turn). Written into each training row as "
@@ -156,6 +161,7 @@ def preflight(recipe) -> None:
     settings: DataSettings = recipe.settings["data"]
     check_filter(recipe, settings)
     check_reader(recipe, settings)
+    excluded_texts(settings)  # the held-out files' lines, read now
     if settings.repair_turns:
         check_repair_teacher(recipe, settings, recipe.build("teacher"))
     source = recipe.build("prompts")
@@ -167,6 +173,20 @@ def preflight(recipe) -> None:
         pairs, heldout = shrunk_counts(settings, capacity)
         also = f" and {heldout:,} held-out RL target{'s' if heldout > 1 else ''}" if heldout else ""
         print(f"data: the {name} prompt source has {capacity:,} messages; making {pairs:,} pairs{also}, not {settings.count:,}", flush=True)
+
+
+def excluded_texts(settings: DataSettings) -> frozenset[str]:
+    """Every message of [data] exclude_files (a bad line names file:line)."""
+    from emojikit.api.errors import InputFileError
+    from emojikit.play.targets import read_targets
+
+    texts: set[str] = set()
+    for path in settings.exclude_files:
+        try:
+            texts.update(m.text for m in read_targets(path))
+        except InputFileError as exc:
+            raise InputFileError(f"[data] exclude_files: {exc}") from None
+    return frozenset(texts)
 
 
 def source_capacity(source) -> Optional[int]:
@@ -368,7 +388,9 @@ def run(recipe, run_dir) -> None:
     if capacity is not None and settings.count > capacity:  # a small source (preflight printed the note): all of it
         _, n_heldout = shrunk_counts(settings, capacity)
         draw = count = capacity
-    pool = draw_messages(source, draw)
+    excluded = excluded_texts(settings)
+    drawn = draw_messages(source, draw + len(excluded))  # past the held-out sets' messages (a source gives what it has)
+    pool = [m for m in drawn if m.text not in excluded][:draw]
     short = [m for m in pool if _words(m.text) <= settings.rl_max_words]
     rng.shuffle(short)
     heldout = short[:n_heldout]
@@ -433,6 +455,7 @@ def run(recipe, run_dir) -> None:
     literal = literal_similarity([m.text for m, _ in test], test_answers) if test else []
     stats = {
         "messages": len(pool),
+        "excluded_messages": sum(m.text in excluded for m in drawn),  # drawn, but in [data] exclude_files
         "sft_messages": len(sft_messages),
         "dropped_no_answer": dropped_none,
         "dropped_invalid": dropped_invalid,

@@ -622,6 +622,9 @@ def preflight(recipe) -> None:
     problem = token_budget_problem(recipe, recipe.settings["game"].max_new_tokens, "[game] max_new_tokens")
     if problem:
         raise ConfigError(f"{recipe.path}: {problem}")
+    from emojikit.play.targets import check_target_files
+
+    check_target_files(recipe, recipe.settings["grpo"])
     from emojikit.evaluation.comparison import reader_recipe
 
     for name in recipe.settings["grpo"].compare_judges:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from emojikit.support.torch_env import prepare_torch_environment
@@ -217,8 +218,16 @@ def describe(kind: str, name: str | None):
     from emojikit.api.errors import ConfigError
     from emojikit.composition.recipe import import_object
 
+    from emojikit.composition.recipe import TRACKING_TABLE
+
     tables = loop_tables()
     table = kind.strip().strip("[]").lower()
+    if table == TRACKING_TABLE and name in (None, "settings"):  # no settings of its own: it names trackers
+        click.echo(f"[{TRACKING_TABLE}] in every recipe: use = a tracker's name or a list of them; each tracker's settings in [{TRACKING_TABLE}.<name>]")
+        for c in get_registry().components("tracker"):
+            click.echo(f"tracker {c.name:<14} {c.summary}")
+        click.echo("(settings of one: emojikit describe tracker NAME)")
+        return
     if table in tables:
         if name not in (None, "settings"):
             raise ConfigError(f"describe {kind}: [{table}] is a recipe table, not a component kind; run: emojikit describe {table}")
@@ -230,7 +239,7 @@ def describe(kind: str, name: str | None):
     try:
         canonical = _kind(kind)
     except ConfigError:
-        raise ConfigError(f"{kind!r} is neither a component kind nor a recipe table; kinds: {', '.join(KINDS)}; tables: {', '.join(tables)}") from None
+        raise ConfigError(f"{kind!r} is neither a component kind nor a recipe table; kinds: {', '.join(KINDS)}; tables: {', '.join([*tables, TRACKING_TABLE])}") from None
     if name is None:
         for c in get_registry().components(canonical):
             click.echo(f"{c.kind} {c.name:<14} {c.summary}")
@@ -603,7 +612,17 @@ def export_command(checkpoint, out, merged, push_to, public):
 
 
 def main() -> None:
+    warnings.showwarning = _one_line_warning
     cli(prog_name="emojikit")
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """emojikit's own warnings (a plugin that failed to load, a name in EMOJIKIT_PLUGINS that is
+    not installed) as one line a person reads; a library's keep Python's format."""
+    if Path(filename).resolve().is_relative_to(Path(__file__).resolve().parents[1]):
+        print(f"emojikit: warning: {message}", file=file or sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
@@ -246,18 +247,41 @@ class LocalPolicy:
         if self.correction is not None:
             self.correction.sampled(self.step)
         rows = [tokens for tokens in prompt_tokens for _ in range(n)]
+        decode = partial(
+            decode_batch, self.model, max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
+            constraint=constraint, stop_ids=stop_ids, pad_id=self.pad_id, device=self.device,
+        )
         decoded = []
         with self._sampling_weights():
             for chunk in _chunks(rows, self.config.sample_batch_size):
-                decoded += decode_batch(
-                    self.model, chunk, max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
-                    constraint=constraint, stop_ids=stop_ids, pad_id=self.pad_id, generator=generator, device=self.device,
-                )
+                decoded += self._decode_rows(decode, chunk, params.max_tokens, generator)
         samples = [
             Sample(prompt_tokens=list(rows[i]), tokens=d.tokens, logprobs=d.logprobs, text=self.decode(d.tokens), stop_reason=d.stop_reason)
             for i, d in enumerate(decoded)
         ]
         return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def _decode_rows(self, decode, rows: list[list[int]], max_tokens: int, generator: torch.Generator) -> list:
+        """decode(rows), with row workers (parallel = "rows") each worker decoding its own rows on
+        one torch thread: a decode step is a few small products per layer, where torch's split
+        products spend more time joining their threads than multiplying (docs/performance.md,
+        change 24). Rows of one prompt stay in one part (its prefill runs once). Each part draws
+        from its own generator, seeded from the policy's in the parts' order, so the samples do
+        not depend on which thread runs first."""
+        parts = split_rows([len(r) + max_tokens for r in rows], [tuple(r) for r in rows], self.row_workers.threads) if self.row_workers else []
+        if len(parts) < 2:
+            return decode(rows, generator=generator)
+        seeds = torch.randint(0, 2**62, (len(parts),), generator=generator).tolist()
+
+        def decode_part(job: tuple[list[int], int]) -> list:
+            part, seed = job
+            return decode([rows[i] for i in part], generator=torch.Generator(device=self.device).manual_seed(seed))
+
+        decoded: list = [None] * len(rows)
+        for part, results in zip(parts, self.row_workers.map(decode_part, list(zip(parts, seeds)))):
+            for i, result in zip(part, results):
+                decoded[i] = result
+        return decoded
 
     def _sampling_weights(self):
         """The adapter merged into the sampler's weights (precision.MergedSampling)."""

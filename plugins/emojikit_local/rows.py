@@ -1,4 +1,5 @@
-"""Row-parallel passes: a micro-batch's rows split across the CPU threads, one torch thread each.
+"""Row-parallel passes: a micro-batch's rows (or a sampling call's) split across the CPU threads,
+one torch thread each.
 
 Why: with every product split across two threads (torch's way), a step is thousands of
 parallel regions, each ending in a join. On a machine that runs something else one thread is
@@ -7,7 +8,8 @@ processes an SFT step took 4.3-4.4x its idle time where a fair share of the CPU 
 rows instead, each thread scores and back-propagates its own rows on one torch thread and the
 threads join once per pass: 2.7x loaded. Idle it costs a little: each thread reads every weight,
 where a split product reads half (the main job's SFT step 1.05x slower; docs/performance.md,
-change 22).
+change 22). A decode step multiplies a few rows per product, so there the joins cost more than
+the products: sampling split by rows ran 1.6-1.7x faster idle (change 24).
 
 The gradient does not depend on which thread finishes first: each part's gradient is returned,
 and the parts are added to the weights' .grad in a fixed order.
@@ -22,6 +24,7 @@ from typing import Callable, Sequence, TypeVar
 import torch
 
 T = TypeVar("T")
+P = TypeVar("P")
 
 
 def split_rows(sizes: Sequence[int], keys: Sequence[object], parts: int) -> list[list[int]]:
@@ -84,7 +87,7 @@ class RowWorkers:
         # that threads started later (none of emojikit's compute) begin from it
         torch.set_num_threads(main_threads)
 
-    def map(self, fn: Callable[[list[int]], T], parts: Sequence[list[int]]) -> list[T]:
+    def map(self, fn: Callable[[P], T], parts: Sequence[P]) -> list[T]:
         """fn(part) for every part, in the workers; the results in the parts' order. A part that
         raised raises here (after every part has finished)."""
         futures = [self.pool.submit(fn, part) for part in parts]

@@ -83,6 +83,8 @@ CASES = [
          ['[grpo] compare_files', 'real.jsonl:2: expected a "text" string'], files={"real.jsonl": jsonl([{"text": "hi there"}, {"message": "no text"}])}),
     Case("targets-not-utf8", ["eval", "--recipe", str(RECIPES / "eval.toml"), "--targets", "targets.csv", "--out", "run"],
          ["targets.csv:2: not UTF-8"], files={"targets.csv": b"text\ncaf\xe9 au lait\n"}),
+    Case("mix-source-key-typo", ["validate", str(RECIPES / "data.toml"), "--set", 'prompts={ use = "mix", sources = [{ use = "generated", wieght = 2 }] }'],
+         ["data.toml: [prompts] sources", "wieght: unknown key (did you mean 'weight'?)"]),
     Case("eval-targets-missing", ["eval", "--recipe", str(RECIPES / "eval.toml"), "--targets", "targets.txt", "--out", "run"],
          ["eval.toml: [eval] targets_file", "targets.txt"]),
     # checkpoints

@@ -235,6 +235,25 @@ def test_unknown_name_in_emojikit_plugins_warns(tmp_path, monkeypatch):
     assert result.exit_code == 0 and "lexicon" in result.output
 
 
+def test_the_command_prints_its_own_warnings_as_one_line(tmp_path):
+    """The `emojikit` command (not CliRunner): emojikit's warning is one line a person reads, with
+    no source path or Python warning class."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "EMOJIKIT_PLUGINS": "text,no-such-plugin"}
+    done = subprocess.run([sys.executable, "-m", "emojikit.ui.cli", "list-plugins", "--kind", "teacher"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0 and "lexicon" in done.stdout, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "no-such-plugin" in line or "UserWarning" in line]
+    assert len(lines) == 1 and lines[0].startswith("emojikit: warning: EMOJIKIT_PLUGINS names 'no-such-plugin'"), done.stderr
+
+
+def test_describe_tracking_names_the_trackers_it_takes():
+    result = CliRunner().invoke(cli, ["describe", "tracking"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("[tracking] in every recipe: use = ") and "tracker tensorboard" in result.output
+
+
 def test_validate_warns_below_the_invalid_answer_threshold(tmp_path, monkeypatch):
     case = Case("warn", ["validate", "sft.toml", "--set", "sft.max_invalid_answers=0.5"], [], files={"train.jsonl": jsonl([chat(0), chat(1, "pizza!"), chat(2), chat(3)])})
     result, _ = run_case(case, tmp_path, monkeypatch)

@@ -511,11 +511,11 @@ def play(recipe_path, message, checkpoint, backend, decoder, judge, reward, max_
     """Watch the sender and the judge play one message, turn by turn (or guess yourself with --human)."""
     from emojikit.ui.interactive import default_sender, watch
 
+    if message is not None and not message.strip():  # before anything is printed: the error is the only line
+        raise click.BadParameter("empty message; pass some text, or leave --message out for a random one", param_hint="'--message'")
     checkpoint = default_sender(checkpoint, say=lambda m: click.echo(m, err=True))
     if recipe_path is None and Path("recipes/grpo.toml").exists():
         recipe_path = Path("recipes/grpo.toml")
-    if message is not None and not message.strip():
-        raise click.BadParameter("empty message; pass some text, or leave --message out for a random one", param_hint="'--message'")
     choices = {"backend": backend, "decoder": decoder, "judge": judge, "reward": reward}
     if human:
         from emojikit.ui.interactive import run_human_play

@@ -17,6 +17,7 @@ duplicates across sources are skipped. Each source is built through the assembly
 
 from __future__ import annotations
 
+import difflib
 import random
 import re
 from typing import Any, Iterator, Optional
@@ -41,6 +42,10 @@ class MixConfig(ConfigModel):
         for i, entry in enumerate(value):
             if not isinstance(entry.get("use"), str) or not entry["use"]:
                 raise ValueError(f"sources[{i}] needs `use = \"<prompt source>\"`")
+            for key in entry:  # `wieght = 3` would reach the source as a setting of its own, unknown there
+                close = difflib.get_close_matches(key, ("use", "weight"), n=1, cutoff=0.8)
+                if close and key != close[0]:
+                    raise ValueError(f"sources[{i}] {key}: unknown key (did you mean {close[0]!r}?)")
             weight = entry.get("weight", 1)
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
                 raise ValueError(f"sources[{i}] weight must be a number > 0, got {weight!r}")

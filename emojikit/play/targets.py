@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import itertools
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from emojikit.api.components import Message
 
@@ -75,16 +75,15 @@ def split_targets(recipe, g, run_dir, seen: frozenset[str] = frozenset()) -> tup
     return heldout, train
 
 
-def check_target_files(recipe, g) -> None:
+def check_target_files(recipe, g, upstream: Sequence[Path] = ()) -> None:
     """heldout_file, compare_files and exclude_files read now as the run will read them, so that
     a missing file or a bad line stops `validate` and `run` before any stage trains. A file not
-    there yet passes only inside the run directory of a recipe this one runs first (a data run's
-    rl_heldout.jsonl)."""
+    there yet passes only inside `upstream`, the run directories of the recipes this one runs
+    first (a data run's rl_heldout.jsonl)."""
     from emojikit.api.errors import InputFileError
 
     named = [("heldout_file", g.heldout_file)] if g.heldout_file is not None else []
     named += [(key, path) for key in ("compare_files", "exclude_files") for path in getattr(g, key, [])]
-    upstream: Optional[list[Path]] = None
     for key, path in named:
         path = Path(path)
         if path.is_file():
@@ -93,30 +92,8 @@ def check_target_files(recipe, g) -> None:
             except InputFileError as exc:
                 raise InputFileError(f"{recipe.path}: [{table_of(g)}] {key}: {exc}") from None
             continue
-        if upstream is None:
-            upstream = upstream_run_dirs(recipe)
         if not any(path.resolve().is_relative_to(run.resolve()) for run in upstream):
             raise InputFileError(f"{recipe.path}: [{table_of(g)}] {key}: {path} does not exist")
-
-
-def upstream_run_dirs(recipe) -> list[Path]:
-    """The run directories of the recipes `emojikit run` runs before this one (start_from, then
-    that recipe's own upstream), whether or not they have run."""
-    from emojikit.api.errors import EmojikitError
-    from emojikit.composition.recipe import load_recipe
-    from emojikit.stages.pipeline import upstream_ref
-
-    dirs: list[Path] = []
-    seen: set[str] = set()
-    current = recipe
-    while (ref := upstream_ref(current)) is not None and ref[2] not in seen:
-        seen.add(ref[2])
-        try:
-            current = load_recipe(ref[2])
-        except EmojikitError:  # that recipe's own check reports it
-            break
-        dirs.append(Path(current.out))
-    return dirs
 
 
 def table_of(g) -> str:

@@ -76,6 +76,24 @@ def upstream_ref(recipe: Recipe) -> Optional[tuple[str, str, str]]:
     return table, key, str(value)
 
 
+def upstream_run_dirs(recipe: Recipe) -> list[Path]:
+    """The run directories of the recipes `emojikit run` runs before this one (start_from, then
+    that recipe's own upstream), whether or not they have run."""
+    from emojikit.api.errors import EmojikitError
+
+    dirs: list[Path] = []
+    seen: set[str] = set()
+    current = recipe
+    while (ref := upstream_ref(current)) is not None and ref[2] not in seen:
+        seen.add(ref[2])
+        try:
+            current = load_recipe(ref[2])
+        except EmojikitError:  # that recipe's own check reports it
+            break
+        dirs.append(Path(current.out))
+    return dirs
+
+
 def declared_inputs(recipe: Recipe, has_upstream: bool) -> list[Path]:
     """Files a loop reads by default, which a path scan of the recipe cannot see."""
     if recipe.kind == "sft":

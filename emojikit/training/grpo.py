@@ -615,17 +615,18 @@ def before_after_table(before: dict, after: dict) -> str:
 
 def preflight(recipe) -> None:
     """What run() would reject, before a run directory is made: a token budget too small for
-    the decoder's shortest answer (every answer would be empty)."""
+    the decoder's shortest answer (every answer would be empty), a held-out file that is missing
+    or has a bad line, a comparison reader that does not build."""
     from emojikit.api.errors import ConfigError
     from emojikit.composition.preflight import token_budget_problem
+    from emojikit.evaluation.comparison import reader_recipe
+    from emojikit.play.targets import check_target_files
+    from emojikit.stages.pipeline import upstream_run_dirs
 
     problem = token_budget_problem(recipe, recipe.settings["game"].max_new_tokens, "[game] max_new_tokens")
     if problem:
         raise ConfigError(f"{recipe.path}: {problem}")
-    from emojikit.play.targets import check_target_files
-
-    check_target_files(recipe, recipe.settings["grpo"])
-    from emojikit.evaluation.comparison import reader_recipe
+    check_target_files(recipe, recipe.settings["grpo"], upstream_run_dirs(recipe))
 
     for name in recipe.settings["grpo"].compare_judges:
         reader_recipe(recipe, name)  # an unknown judge, or settings it rejects: one line now, not after training

@@ -541,13 +541,13 @@ def require_belief_for_search(recipe, s: RFTSettings, judge) -> None:
 
 def preflight(recipe) -> None:
     """What run() would reject, before a run directory is made: a token budget too small for
-    the decoder's shortest answer."""
+    the decoder's shortest answer, a held-out file that is missing or has a bad line."""
     from emojikit.api.errors import ConfigError
     from emojikit.composition.preflight import token_budget_problem
+    from emojikit.play.targets import check_target_files
+    from emojikit.stages.pipeline import upstream_run_dirs
 
     problem = token_budget_problem(recipe, recipe.settings["game"].max_new_tokens, "[game] max_new_tokens")
     if problem:
         raise ConfigError(f"{recipe.path}: {problem}")
-    from emojikit.play.targets import check_target_files
-
-    check_target_files(recipe, recipe.settings["rft"])
+    check_target_files(recipe, recipe.settings["rft"], upstream_run_dirs(recipe))

@@ -216,9 +216,7 @@ def describe(kind: str, name: str | None):
     table (TABLE: grpo, sft, rft, game, data, eval): type, default and help. KIND alone lists its
     components."""
     from emojikit.api.errors import ConfigError
-    from emojikit.composition.recipe import import_object
-
-    from emojikit.composition.recipe import TRACKING_TABLE
+    from emojikit.composition.recipe import TRACKING_TABLE, import_object
 
     tables = loop_tables()
     table = kind.strip().strip("[]").lower()
@@ -619,10 +617,19 @@ def main() -> None:
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """emojikit's own warnings (a plugin that failed to load, a name in EMOJIKIT_PLUGINS that is
     not installed) as one line a person reads; a library's keep Python's format."""
-    if Path(filename).resolve().is_relative_to(Path(__file__).resolve().parents[1]):
+    if _emojikit_file(Path(filename)):
         print(f"emojikit: warning: {message}", file=file or sys.stderr)
     else:
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def _emojikit_file(path: Path) -> bool:
+    """Whether `path` is emojikit's code or a built-in plugin's: under the emojikit package, the
+    clone's plugins/ folder, or an installed emojikit_<name> package beside it."""
+    path, package = path.resolve(), Path(__file__).resolve().parents[1]
+    if path.is_relative_to(package) or path.is_relative_to(package.parent / "plugins"):
+        return True
+    return path.is_relative_to(package.parent) and path.relative_to(package.parent).parts[0].startswith("emojikit_")
 
 
 if __name__ == "__main__":

@@ -243,7 +243,7 @@ def test_messages_of_the_exclude_files_never_become_pairs_or_rl_targets(tmp_path
 
     first = [m.text for m in itertools.islice(GeneratedSource(GeneratedConfig(), seed=0).messages(60), 60)]
     held = tmp_path / "held.txt"
-    held.write_text("\n".join(first[::2]) + "\n", encoding="utf-8")  # every other one of the first 60: 30 messages
+    held.write_text("\n".join(text.upper() for text in first[::2]) + "\n", encoding="utf-8")  # every other one of the first 60, in capitals
     recipe = _data_recipe(tmp_path, 'use = "generated"', f'count = 40\nrl_count = 10\nexclude_files = ["{held}"]')
     result = CliRunner().invoke(cli, ["run", str(recipe)])
     assert result.exit_code == 0, result.output

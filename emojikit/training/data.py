@@ -32,6 +32,7 @@ from emojikit.api.components import TEACHER_DROP_REASONS, CandidatePool, JudgeVi
 from emojikit.api.config import ConfigModel, ExistingFile
 from emojikit.api.errors import ConfigError
 from emojikit.api.format import DEFAULT_FORMAT
+from emojikit.play.targets import message_key
 from emojikit.support.io import atomic_write_jsonl, atomic_write_text
 
 SYSTEM_PROMPT = DEFAULT_FORMAT.system_prompt  # "Reply with 2-8 emoji only."
@@ -161,7 +162,7 @@ def preflight(recipe) -> None:
     settings: DataSettings = recipe.settings["data"]
     check_filter(recipe, settings)
     check_reader(recipe, settings)
-    excluded_texts(settings)  # the held-out files' lines, read now
+    excluded_keys(settings)  # the held-out files' lines, read now
     if settings.repair_turns:
         check_repair_teacher(recipe, settings, recipe.build("teacher"))
     source = recipe.build("prompts")
@@ -175,18 +176,18 @@ def preflight(recipe) -> None:
         print(f"data: the {name} prompt source has {capacity:,} messages; making {pairs:,} pairs{also}, not {settings.count:,}", flush=True)
 
 
-def excluded_texts(settings: DataSettings) -> frozenset[str]:
-    """Every message of [data] exclude_files (a bad line names file:line)."""
+def excluded_keys(settings: DataSettings) -> frozenset[str]:
+    """Every message of [data] exclude_files, as `message_key` (a bad line names file:line)."""
     from emojikit.api.errors import InputFileError
     from emojikit.play.targets import read_targets
 
-    texts: set[str] = set()
+    keys: set[str] = set()
     for path in settings.exclude_files:
         try:
-            texts.update(m.text for m in read_targets(path))
+            keys.update(message_key(m.text) for m in read_targets(path))
         except InputFileError as exc:
             raise InputFileError(f"[data] exclude_files: {exc}") from None
-    return frozenset(texts)
+    return frozenset(keys)
 
 
 def source_capacity(source) -> Optional[int]:
@@ -388,9 +389,11 @@ def run(recipe, run_dir) -> None:
     if capacity is not None and settings.count > capacity:  # a small source (preflight printed the note): all of it
         _, n_heldout = shrunk_counts(settings, capacity)
         draw = count = capacity
-    excluded = excluded_texts(settings)
-    drawn = draw_messages(source, draw + len(excluded))  # past the held-out sets' messages (a source gives what it has)
-    pool = [m for m in drawn if m.text not in excluded][:draw]
+    # past the held-out sets' messages, also their variants in case or punctuation (the generated
+    # source writes "Pizza?" and "PIZZA!"); a source gives what it has
+    excluded = excluded_keys(settings)
+    drawn = [(m, message_key(m.text) in excluded) for m in draw_messages(source, draw + len(excluded))]
+    pool = [m for m, held in drawn if not held][:draw]
     short = [m for m in pool if _words(m.text) <= settings.rl_max_words]
     rng.shuffle(short)
     heldout = short[:n_heldout]
@@ -455,7 +458,7 @@ def run(recipe, run_dir) -> None:
     literal = literal_similarity([m.text for m, _ in test], test_answers) if test else []
     stats = {
         "messages": len(pool),
-        "excluded_messages": sum(m.text in excluded for m in drawn),  # drawn, but in [data] exclude_files
+        "excluded_messages": sum(held for _, held in drawn),  # drawn, but in [data] exclude_files
         "sft_messages": len(sft_messages),
         "dropped_no_answer": dropped_none,
         "dropped_invalid": dropped_invalid,

@@ -9,6 +9,8 @@ whole contract.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, runtime_checkable
@@ -65,6 +67,12 @@ class Component:
 class Message:
     text: str
     category: str = "unknown"
+
+
+def message_key(text: str) -> str:
+    """A message as prompt sources tell repeats apart: case, spacing and punctuation left out
+    ("Pizza night!" and "PIZZA NIGHT?" are one message)."""
+    return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
 
 
 @runtime_checkable

@@ -8,17 +8,10 @@ from __future__ import annotations
 
 import io
 import itertools
-import re
 from pathlib import Path
 from typing import Optional, Sequence
 
 from emojikit.api.components import Message
-
-
-def message_key(text: str) -> str:
-    """A message as the prompt sources tell repeats apart: case and punctuation left out ("Pizza
-    night!" and "PIZZA NIGHT?" are one message)."""
-    return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
 
 
 def read_targets(path: Path, limit: Optional[int] = None):

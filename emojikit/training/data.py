@@ -28,11 +28,11 @@ from typing import Any, Mapping, Optional
 from pydantic import Field, model_validator
 
 from emojikit.api import emojis
-from emojikit.api.components import TEACHER_DROP_REASONS, CandidatePool, JudgeView, Message, RepairTeacher, TargetBelief
+from emojikit.api.components import TEACHER_DROP_REASONS, CandidatePool, JudgeView, Message, RepairTeacher, TargetBelief, message_key
 from emojikit.api.config import ConfigModel, ExistingFile
 from emojikit.api.errors import ConfigError
 from emojikit.api.format import DEFAULT_FORMAT
-from emojikit.play.targets import message_key
+from emojikit.play.targets import read_targets
 from emojikit.support.io import atomic_write_jsonl, atomic_write_text
 
 SYSTEM_PROMPT = DEFAULT_FORMAT.system_prompt  # "Reply with 2-8 emoji only."
@@ -179,7 +179,6 @@ def preflight(recipe) -> None:
 def excluded_keys(settings: DataSettings) -> frozenset[str]:
     """Every message of [data] exclude_files, as `message_key` (a bad line names file:line)."""
     from emojikit.api.errors import InputFileError
-    from emojikit.play.targets import read_targets
 
     keys: set[str] = set()
     for path in settings.exclude_files:

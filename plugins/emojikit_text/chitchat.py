@@ -41,6 +41,7 @@ from typing import Iterator, Literal, Optional
 from pydantic import Field
 
 from emojikit.api.components import BuildContext, Message
+from emojikit.api.components import message_key as dedup_key  # repeats: case, spacing, punctuation left out
 from emojikit.api.config import ConfigModel
 from emojikit.api.errors import ModelUnavailableError
 
@@ -112,11 +113,6 @@ def rejection(text: str) -> Optional[str]:
 
 def self_contained(text: str) -> bool:
     return rejection(text) is None
-
-
-def dedup_key(text: str) -> str:
-    """Texts that differ only in case, spacing or punctuation count as one."""
-    return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
 
 
 def dataset_path() -> Path:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import random
-import re
 from typing import Iterator, Optional
 
 from pydantic import Field, field_validator
 
 from emojikit.api.components import BuildContext, Message
+from emojikit.api.components import message_key as dedup_key  # repeats: case, spacing, punctuation left out
 from emojikit.api.config import ConfigModel
 from emojikit_text.grammar import CATEGORIES, generate
 
@@ -31,11 +31,6 @@ class GeneratedConfig(ConfigModel):
         if not value:
             raise ValueError("needs at least one category")
         return list(dict.fromkeys(value))
-
-
-def dedup_key(text: str) -> str:
-    """Messages that differ only in case or punctuation ("Pizza!" / "PIZZA?") count as one."""
-    return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
 
 
 class GeneratedSource:

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import difflib
 import random
-import re
 from typing import Any, Iterator, Optional
 
 from pydantic import Field, field_validator
 
-from emojikit.api.components import BuildContext, Message
+from emojikit.api.components import BuildContext, Message, message_key
 from emojikit.api.config import ConfigModel
 from emojikit.composition.assembly import build_component, choose, context, preflight as preflight_choice
 
@@ -55,10 +54,6 @@ class MixConfig(ConfigModel):
 def _split(entry: dict[str, Any]) -> tuple[str, float, dict[str, Any]]:
     settings = {k: v for k, v in entry.items() if k not in ("use", "weight")}
     return entry["use"], float(entry.get("weight", 1)), settings
-
-
-def _key(text: str) -> str:
-    return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
 
 
 class MixSource:
@@ -99,7 +94,7 @@ class MixSource:
                 if message is None:  # that source is used up
                     live.remove(i)
                     continue
-                key = _key(message.text)
+                key = message_key(message.text)
                 if key not in seen:
                     seen.add(key)
                     yield message

@@ -195,6 +195,32 @@ def test_one_sample_judge_and_similarity_call_per_turn(reward):
     assert all(t.sample is not None and t.sample.tokens for ep in episodes for t in ep.turns)
 
 
+def test_minilm_by_rows_embeds_each_text_as_the_split_products_do():
+    """Each worker thread embeds its own batches; every text's row must still be its own text's
+    embedding (the batches are cut by length, out of the callers' order)."""
+    import numpy as np
+    import torch
+
+    from emojikit.play.embedding import ROW_BATCH, MiniLM
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        by_rows, by_ops = MiniLM(parallel="rows"), MiniLM(parallel="ops")
+    finally:
+        torch.set_num_threads(threads)
+    assert by_rows.row_workers is not None and by_rows.row_workers.threads == 2 and by_ops.row_workers is None
+    # Lengths from one word to a long sentence, in no order: several batches per worker.
+    texts = [" ".join(list(MESSAGES)[i % len(MESSAGES)].split()[: 1 + i % 7]) + f" {i}" for i in range(5 * ROW_BATCH + 3)]
+    rows_emb, ops_emb = by_rows.encode(texts, cache=False), by_ops.encode(texts, cache=False)
+    assert rows_emb.shape == ops_emb.shape == (len(texts), by_rows.dim)
+    assert np.abs(rows_emb - ops_emb).max() < 1e-5
+    assert np.allclose(np.linalg.norm(rows_emb, axis=1), 1.0, atol=1e-5)
+    # A call within one batch takes the plain path; both paths fill the same cache.
+    assert np.abs(by_rows.encode(texts[:3]) - ops_emb[:3]).max() < 1e-5
+    assert np.abs(by_rows.encode(texts[:3] + texts[-40:]) - np.vstack([ops_emb[:3], ops_emb[-40:]])).max() < 1e-5
+
+
 def test_play_passes_the_decoder_and_max_new_tokens_and_checks_format(reward, retrieval_judge):
     class Decoder:
         min_emoji, max_emoji = 2, 8

@@ -17,6 +17,7 @@ import torch
 
 from emojikit.api.errors import ConfigError, InputFileError
 from emojikit.support.io import atomic_directory
+from emojikit.support.workers import RowWorkers
 from emojikit.api.policy import AdamParams, ChatMessages, Datum, LossOutput, Sample, SamplingParams
 from emojikit_local import checkpoint
 from emojikit_local.allocator import keep_freed_memory
@@ -25,7 +26,7 @@ from emojikit_local.frozen_layers import LowerLayers
 from emojikit_local.hardware import compute_dtype
 from emojikit_local.losses import LOSSES, loss_sum
 from emojikit_local.precision import SamplerCorrection, bfloat16_compute, float32_merged_sampling, prepack_available, unadapted_projections
-from emojikit_local.rows import RowWorkers, add_gradients, split_rows
+from emojikit_local.rows import add_gradients, split_rows
 from emojikit_local.sampling import decode_batch
 from emojikit_local.scoring import first_needed_position, prefix_key, prefix_split, target_logprobs
 

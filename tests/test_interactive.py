@@ -194,6 +194,22 @@ def test_report_writes_valid_pngs_and_a_markdown_report(run_dir):
     assert "](../grpo/" not in (run_dir.parent / "elsewhere" / "report.md").read_text()
 
 
+def test_report_of_a_data_run_shows_its_figures(tmp_path):
+    run = tmp_path / "data"
+    run.mkdir()
+    (run / "recipe.toml").write_text('kind = "data"\nname = "data"\n[teacher]\nuse = "lexicon"\n')
+    (run / "data_stats.json").write_text(json.dumps({"messages": 25200, "excluded_messages": 48, "sft_train": 23750, "reading_seconds": 290.5,
+                                                    "answers_kept_from": {"teacher": 20000, "teacher_variants[1]": 3750}}))
+    result = invoke("report", run)
+    assert result.exit_code == 0, result.output
+    assert "a data run" in result.output
+    report = (run / "report" / "report.md").read_text()
+    assert "## Data" in report and "| excluded_messages | 48 |" in report and "| reading_seconds | 290.5 |" in report
+    assert "| answers_kept_from | teacher: 20000, teacher_variants[1]: 3750 |" in report
+    (run / "data_stats.json").write_text('{"messages": 3,\n')
+    assert_one_line_error(invoke("report", run), "data_stats.json:2: not valid JSON")
+
+
 def test_report_errors_are_one_line(tmp_path):
     assert_one_line_error(invoke("report", tmp_path), "not a run directory")
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward_mean": 0.1}\n{"step": 2,\n{"step": 3}\n')

@@ -7,6 +7,7 @@ read the run's files, so they work while training still appends to them.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Optional, Sequence
@@ -223,6 +224,22 @@ def _training_table(metrics: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def _stats_table(path: Path) -> str:
+    """data_stats.json as a two-column table, in the file's order (a table of counts: one row a count)."""
+    try:
+        stats = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputFileError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(stats, dict):
+        raise InputFileError(f"{path}: expected a JSON object of figures")
+    lines = ["| figure | value |", "|---|---|"]
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}: {v}" for k, v in value.items())
+        lines.append(f"| {key} | {value} |")
+    return "\n".join(lines)
+
+
 def report_markdown(run: Path, metrics: Sequence[dict], evals: Sequence[dict], plots: Sequence[tuple[str, Path]], out: Path, examples: int) -> str:
     lines = [f"# Run report: {run.name}", ""]
     recipe = run / "recipe.toml"
@@ -237,6 +254,9 @@ def report_markdown(run: Path, metrics: Sequence[dict], evals: Sequence[dict], p
             lines += [f"(recipe.toml could not be read)", ""]
     if code := code_line(run):
         lines += [code[0].upper() + code[1:] + ".", ""]
+    stats = run / "data_stats.json"
+    if stats.exists():  # a data run: what it made (docs/data.md says what each figure means)
+        lines += ["## Data", "", _stats_table(stats), ""]
     if metrics:
         lines += ["## Training", "", f"{len(metrics)} logged steps.", ""]
         table = _training_table(metrics)

@@ -278,6 +278,17 @@ def test_a_count_over_a_small_sources_size_uses_every_message_with_a_note(tmp_pa
     stats = json.loads((tmp_path / "run" / "data_stats.json").read_text(encoding="utf-8"))
     assert stats["sft_messages"] == 3 and stats["sft_train"] == 3 and stats["rl_heldout"] == 0
 
+    # One of them in a held-out set: the note says so, and the run counts the pairs it makes.
+    held = tmp_path / "held.jsonl"
+    held.write_text(json.dumps({"text": texts[1].upper()}) + "\n", encoding="utf-8")
+    recipe = _data_recipe(tmp_path, f'use = "jsonl"\npath = "{f}"', f'test_fraction = 0.0\nexclude_files = ["{held}"]')
+    result = CliRunner().invoke(cli, ["run", str(recipe), "--set", f"out={tmp_path / 'run2'}"])
+    assert result.exit_code == 0, result.output
+    assert "making 3 pairs, fewer by its messages in [data] exclude_files, not 25,000" in result.output, result.output
+    assert "data: 1 of the jsonl prompt source's messages are in [data] exclude_files; making 2 pairs" in result.output
+    stats = json.loads((tmp_path / "run2" / "data_stats.json").read_text(encoding="utf-8"))
+    assert stats["sft_messages"] == 2 and stats["excluded_messages"] == 1
+
 
 def test_a_small_source_holds_out_its_share_of_rl_targets():
     from emojikit.training.data import DataSettings, shrunk_counts

@@ -85,6 +85,8 @@ CASES = [
          ["targets.csv:2: not UTF-8"], files={"targets.csv": b"text\ncaf\xe9 au lait\n"}),
     Case("mix-source-key-typo", ["validate", str(RECIPES / "data.toml"), "--set", 'prompts={ use = "mix", sources = [{ use = "generated", wieght = 2 }] }'],
          ["data.toml: [prompts] sources", "wieght: unknown key (did you mean 'weight'?)"]),
+    Case("mix-source-own-key-typo", ["validate", str(RECIPES / "data.toml"), "--set", 'prompts={ use = "mix", sources = [{ use = "chitchat", splitt = "heldout" }] }'],
+         ["data.toml: [prompts.sources[0]] splitt: unknown key (did you mean 'split'?)"]),
     Case("eval-targets-missing", ["eval", "--recipe", str(RECIPES / "eval.toml"), "--targets", "targets.txt", "--out", "run"],
          ["eval.toml: [eval] targets_file", "targets.txt"]),
     # checkpoints

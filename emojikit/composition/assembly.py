@@ -181,7 +181,8 @@ def _origin(spec: Component) -> str:
 def _plugin_failure(choice: ComponentChoice, stage: str, exc: BaseException) -> EmojikitError:
     """One line naming the component and its plugin, or the plugin's own EmojikitError with the table as prefix."""
     if isinstance(exc, EmojikitError):
-        message = f"[{choice.table}] {exc}"
+        # a nested table's error ("[prompts.sources[0]] splitt: ...") already names where it is
+        message = str(exc) if str(exc).startswith(f"[{choice.table}") else f"[{choice.table}] {exc}"
         try:
             return type(exc)(message)
         except Exception:  # noqa: BLE001 - an error class with another constructor

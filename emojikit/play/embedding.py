@@ -5,7 +5,7 @@ similarity reward and the evaluations. Embeddings are unit-normalised, so cosine
 product, and cached per text so repeated targets cost nothing. A reader may ask for the model in
 bfloat16 (`dtype`): a separate instance with its own cache, so float32 figures never mix with it.
 In float32 on two threads each thread embeds its own batches on one torch thread (`parallel`):
-1.3x faster than products split across the threads (docs/performance.md, change 25).
+1.36x faster than products split across the threads on an AVX2 CPU (docs/performance.md, change 25).
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ class MiniLM:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         batches = [order[start : start + ROW_BATCH] for start in range(0, len(order), ROW_BATCH)]
         # Tokenized here: a fast tokenizer must not be called from two threads at once.
-        features = [self.model.preprocess([texts[i] for i in batch]) for batch in batches]
+        prepare = getattr(self.model, "preprocess", None) or self.model.tokenize  # sentence-transformers 6, or 3-5
+        features = [prepare([texts[i] for i in batch]) for batch in batches]
         threads = self.row_workers.threads
         parts = [list(range(first, len(batches), threads)) for first in range(threads)]
 

@@ -173,7 +173,8 @@ def preflight(recipe) -> None:
     if capacity is not None and settings.count > capacity:
         pairs, heldout = shrunk_counts(settings, capacity)
         also = f" and {heldout:,} held-out RL target{'s' if heldout > 1 else ''}" if heldout else ""
-        print(f"data: the {name} prompt source has {capacity:,} messages; making {pairs:,} pairs{also}, not {settings.count:,}", flush=True)
+        fewer = ", fewer by its messages in [data] exclude_files" if settings.exclude_files else ""
+        print(f"data: the {name} prompt source has {capacity:,} messages; making {pairs:,} pairs{also}{fewer}, not {settings.count:,}", flush=True)
 
 
 def excluded_keys(settings: DataSettings) -> frozenset[str]:
@@ -398,6 +399,10 @@ def run(recipe, run_dir) -> None:
     heldout = short[:n_heldout]
     heldout_texts = {m.text for m in heldout}
     sft_messages = [m for m in pool if m.text not in heldout_texts][:count]
+    excluded_count = sum(held for _, held in drawn)
+    if capacity is not None and settings.count > capacity and excluded_count:  # the preflight's note said "fewer by"
+        name = recipe.components["prompts"].spec.name
+        print(f"data: {excluded_count:,} of the {name} prompt source's messages are in [data] exclude_files; making {len(sft_messages):,} pairs", flush=True)
 
     reader = answer_reader(recipe, run_dir) if settings.score_answers else None
     teacher = recipe.build("teacher", run_dir.path)
@@ -457,7 +462,7 @@ def run(recipe, run_dir) -> None:
     literal = literal_similarity([m.text for m, _ in test], test_answers) if test else []
     stats = {
         "messages": len(pool),
-        "excluded_messages": sum(held for _, held in drawn),  # drawn, but in [data] exclude_files
+        "excluded_messages": excluded_count,  # drawn, but in [data] exclude_files
         "sft_messages": len(sft_messages),
         "dropped_no_answer": dropped_none,
         "dropped_invalid": dropped_invalid,

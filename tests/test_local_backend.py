@@ -446,6 +446,20 @@ def test_weighted_only_logprobs_are_the_full_ones_at_weighted_positions():
     assert full != policy.compute_logprobs(datums, temperature=0.7, decoder=decoder)  # reference and policy differ
 
 
+def test_sfts_test_nll_asks_for_the_answer_positions_only_and_equals_the_full_pass():
+    from emojikit.training import sft
+
+    policy = tiny_policy()
+    datums = random_datums(5, prompts="common")
+    full_pass, asked = policy.compute_logprobs, []
+    policy.compute_logprobs = lambda ds, **kwargs: asked.append(kwargs) or full_pass(ds, **kwargs)
+    nll = sft.test_nll(policy, datums)
+    full = full_pass(datums)
+    expected = sum(-lp * w for d, lps in zip(datums, full) for lp, w in zip(lps, d.weights)) / sum(sum(d.weights) for d in datums)
+    assert asked == [{"weighted_only": True}]
+    assert nll == pytest.approx(expected, abs=1e-5)
+
+
 def test_reference_is_the_init_checkpoint_and_stays_frozen(tmp_path):
     policy = tiny_policy()
     datums = random_datums(3)

@@ -589,13 +589,13 @@ def inspect_episodes(run_dir, step, target, worst, best):
 @friendly_errors
 def report(run_dir, out, examples):
     """PNG plots of reward, similarity, success rate, KL and turns over steps, and report.md."""
-    from emojikit.ui.inspect_run import run_path, write_report
+    from emojikit.ui.inspect_run import write_report
 
     path, plots = write_report(run_dir, out, examples)
     if plots:
         click.echo(f"wrote {path} and {len(plots)} plots ({', '.join(p.name for p in plots)})")
     else:
-        data_run = (run_path(run_dir) / "data_stats.json").exists()
+        data_run = (Path(run_dir) / "data_stats.json").exists()  # write_report checked it is a run directory
         click.echo(f"wrote {path} " + ("(a data run: its data_stats.json as a table)" if data_run else "(no training metrics to plot)"))
 
 

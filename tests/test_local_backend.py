@@ -606,6 +606,27 @@ def test_a_training_pass_after_the_reference_pass_reuses_the_layers_below_the_ad
         assert torch.equal(got, expected)
 
 
+def test_a_batch_scored_again_after_a_training_step_replays_its_lower_layers_and_another_call_drops_it():
+    """The SFT's test chats are scored every eval_every steps: the layers below the adapter give
+    the same output after an optimizer step, so a later call replays them; a call on other
+    datums keeps only its own batches."""
+    policy = tiny_policy(layers=3, lora_layers=1, micro_batch_size=3)
+    tests, others = random_datums(seed=0), random_datums(seed=1)
+    micro_batches = len(list(policy._micro_batches(tests)))
+    before = policy.compute_logprobs(tests, weighted_only=True)
+    policy.forward_backward(random_datums(seed=2), "cross_entropy")
+    policy.optim_step(AdamParams(learning_rate=1e-2))
+    after = policy.compute_logprobs(tests, weighted_only=True)
+    assert policy.lower_layers.hits == micro_batches and after != before
+    policy.lower_layers.clear()
+    assert policy.compute_logprobs(tests, weighted_only=True) == after  # every layer run: the same
+    assert policy.lower_layers.hits == micro_batches
+    policy.compute_logprobs(others, weighted_only=True)
+    kept = {policy._unit_key([others[i] for i in batch], True) for batch in policy._micro_batches(others)}
+    assert set(policy.lower_layers.entries) == kept
+    assert policy.lower_layers.bytes == sum(t.numel() * t.element_size() for ts in policy.lower_layers.entries.values() for t in ts)
+
+
 def test_rows_split_by_length_into_parts_of_equal_padded_work_keeping_a_shared_prompt_in_one_part():
     # sizes: tokens per row; rows 0-3 share a prompt (one GRPO group), the rest are alone
     sizes, keys = [5, 5, 5, 5, 9, 8, 3, 2], ["g", "g", "g", "g", "a", "b", "c", "d"]

@@ -67,6 +67,14 @@ class SFTSettings(ConfigModel):
         "token weighs the same whichever batch it lands in (length-grouped batches vary most; the logged loss is then that scaled one). "
         "Measured with group_by_length = 16: the same test NLL, no better a sender (docs/experiments/learning-per-minute.md)."
     )
+    answers_under_mask: Literal["never", "later-passes", "always"] = Field(
+        "never", description="Score the teacher's answers under the [decoder]'s mask, as the game samples them: the loss is the "
+        "log-softmax over the tokens the mask allows at each answer position (about 100 of SmolLM2's 49,152), and a backend that masks "
+        "(local) then projects onto those tokens only. never: the whole vocabulary (the loss also pushes down every non-emoji token, "
+        "which teaches the format without a mask); later-passes: from the second pass on, once the first has taught the format; "
+        "always. Answers the decoder rejects keep the whole vocabulary. The test NLL is then logged both ways (test_nll, "
+        "test_nll_masked). Needs a [decoder] table (docs/experiments/learning-per-minute.md)."
+    )
     eval_every: int = Field(50, ge=0, description="Test-set NLL every N steps (0: never).")
     eval_examples: int = Field(64, ge=1, description="Test chats whose NLL is measured every eval_every steps.")
     sample_every: int = Field(50, ge=0, description="Sample the fixed prompts every N steps (0: never).")
@@ -173,6 +181,8 @@ def preflight(recipe) -> None:
     from emojikit.composition.preflight import token_budget_problem, warn
 
     s: SFTSettings = recipe.settings["sft"]
+    if s.answers_under_mask != "never" and not recipe.has("decoder"):
+        raise ConfigError(f'{recipe.path}: [sft] answers_under_mask = "{s.answers_under_mask}" needs a [decoder] table (e.g. use = "emoji-mask"), whose mask the answers are scored under')
     config = recipe.components["decoder"].config if recipe.has("decoder") else None
     lo, hi = getattr(config, "min_emoji", 2), getattr(config, "max_emoji", 8)
     rows = list(read_jsonl_numbered(s.train_file))[: s.max_train_examples]
@@ -200,15 +210,21 @@ def preflight(recipe) -> None:
         raise ConfigError(f"{recipe.path}: {problem}")
 
 
-def chat_datum(policy, messages: list[dict]):
-    """A Datum with loss on the assistant's answer (and its end-of-turn token) only."""
+def chat_datum(policy, messages: list[dict], decoder=None, budget: Optional[int] = None):
+    """A Datum with loss on the assistant's answer (and its end-of-turn token) only; with a
+    decoder that accepts the answer, the answer is marked as decoded under its mask (within a
+    token budget), so that a masking backend scores it as the sampler would draw it."""
     from emojikit.api.policy import Datum
 
     prompt = policy.encode_prompt(messages[:-1])
     answer = policy.encode_completion(messages[-1]["content"])
     tokens = prompt + answer
     weights = [0.0] * (len(prompt) - 1) + [1.0] * len(answer)
-    return Datum(model_input=tokens[:-1], target_tokens=tokens[1:], weights=weights)
+    datum = Datum(model_input=tokens[:-1], target_tokens=tokens[1:], weights=weights)
+    if decoder is not None and decoder.check(messages[-1]["content"]).valid:
+        datum.decoded_spans = [(len(prompt) - 1, len(tokens) - 1)]
+        datum.decode_budget = budget
+    return datum
 
 
 def learning_rate(settings: SFTSettings, step: int, total: int) -> float:
@@ -269,10 +285,10 @@ def repeated_step(step: int, steps_per_pass: int, seed: int) -> int:
     return order[position]
 
 
-def test_nll(policy, datums) -> float:
+def test_nll(policy, datums, decoder=None) -> float:
     # Only the answers' positions count: a backend may skip the others (the shared system prompt
     # once, the vocabulary at answer tokens only: 1.5x faster on an AVX2 CPU, the same NLL).
-    logprobs = policy.compute_logprobs(datums, weighted_only=True)
+    logprobs = policy.compute_logprobs(datums, decoder=decoder, weighted_only=True)
     total = sum(-lp * w for d, lps in zip(datums, logprobs) for lp, w in zip(lps, d.weights))
     count = sum(sum(d.weights) for d in datums)
     return total / max(count, 1e-9)
@@ -296,6 +312,11 @@ def run(recipe, run_dir) -> None:
     start = run_dir.resume_policy(policy, ("metrics.jsonl", "samples.jsonl"))
 
     test_datums = [chat_datum(policy, chat) for chat in test[: s.eval_examples]]
+    steps_per_pass = math.ceil(len(train) / s.batch_size)
+    # The step from which answers are scored under the decoder's mask (None: never).
+    masked_from = {"never": None, "later-passes": steps_per_pass, "always": 0}[s.answers_under_mask]
+    if masked_from is not None:
+        masked_test = [chat_datum(policy, chat, decoder, s.max_new_tokens) for chat in test[: s.eval_examples]]
     sample_chats = [chat[:-1] for chat in test[: s.sample_prompts]]
     sample_params = SamplingParams(max_tokens=s.max_new_tokens, temperature=s.report_temperature, seed=recipe.seed)
 
@@ -307,7 +328,7 @@ def run(recipe, run_dir) -> None:
 
     def batch_at(step: int) -> list[int]:
         if s.repeat_batches:
-            step = repeated_step(step, math.ceil(len(train) / s.batch_size), recipe.seed)
+            step = repeated_step(step, steps_per_pass, recipe.seed)
         if lengths is None:
             return batch_indices(len(train), s.batch_size, step, recipe.seed)
         return length_grouped_batch_indices(lengths, s.batch_size, step, recipe.seed, s.group_by_length)
@@ -318,17 +339,20 @@ def run(recipe, run_dir) -> None:
         for step in bar:
             t0 = time.time()
             batch = [train[i] for i in batch_at(step)]
-            datums = [chat_datum(policy, chat) for chat in batch]
+            masked = masked_from is not None and step >= masked_from
+            datums = [chat_datum(policy, chat, decoder if masked else None, s.max_new_tokens) for chat in batch]
             if s.loss_normalization == "dataset":
                 # every chat an episode: the summed answer-token loss over batch_size x the data's mean answer tokens
                 loss_weights([[d] for d in datums], "constant", answer_tokens)
             lr = learning_rate(s, step, steps)
-            out = policy.forward_backward(datums, "cross_entropy")
+            out = policy.forward_backward(datums, "cross_entropy", decoder=decoder if masked else None)
             optim = policy.optim_step(AdamParams(learning_rate=lr))
             done = step + 1
             row = {"step": done, "loss": out.loss, "lr": lr, "tokens": out.n_tokens, **{f"optim/{k}": v for k, v in optim.items()}}
             if s.eval_every and (done % s.eval_every == 0 or done == steps):
                 row["test_nll"] = test_nll(policy, test_datums)
+                if masked_from is not None:
+                    row["test_nll_masked"] = test_nll(policy, masked_test, decoder)
             if s.sample_every and (done % s.sample_every == 0 or done == steps):
                 samples = policy.sample(sample_chats, 1, sample_params, None)
                 for chat, (sample,) in zip(sample_chats, samples):

@@ -19,7 +19,8 @@ A unit's state is the calling thread's: the row workers (rows.py) run units side
 A training pass can also keep its lower outputs (`keep_bytes`, the local backend's
 `keep_lower_layers_mb`): SFT with `repeat_batches` trains the first pass's batches again on every
 later pass, and a kept batch skips the lower layers there. Kept entries stay until `forget()`
-(new weights below, e.g. a loaded checkpoint); `clear()` drops the scoring passes' entries only.
+(new weights below, e.g. a loaded checkpoint); `retain(keys)` drops the scoring passes' entries
+but those a new scoring pass asks for again.
 """
 
 from __future__ import annotations
@@ -62,8 +63,13 @@ class LowerLayers:
 
     def clear(self) -> None:
         """Drops the scoring passes' entries (kept training batches stay)."""
-        self.entries.clear()
-        self.bytes = 0
+        self.retain(())
+
+    def retain(self, keys) -> None:
+        """Drops the scoring passes' entries but those of `keys` (kept training batches stay): a
+        batch scored again (the SFT's test chats at every evaluation) replays its lower layers."""
+        for key in [key for key in self.entries if key not in keys]:
+            self.bytes -= sum(t.numel() * t.element_size() for t in self.entries.pop(key))
 
     def forget(self) -> None:
         """Drops every entry: the layers below changed."""

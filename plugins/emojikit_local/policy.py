@@ -329,7 +329,10 @@ class LocalPolicy:
         self._check(datums)
         constraint = self._constraint(decoder)
         result: list[list[float]] = [[] for _ in datums]
-        self.lower_layers.clear()  # keeps this call's batches only: a training pass on them follows
+        batches = [(batch, self._row_parts([datums[i] for i in batch])) for batch in self._micro_batches(datums)]
+        # Keeps this call's batches only (a training pass on them follows); one recorded by an
+        # earlier call (the SFT's test chats, scored every eval_every steps) replays its lower layers.
+        self.lower_layers.retain({self._unit_key([datums[batch[j]] for j in part], weighted_only) for batch, parts in batches for part in parts})
 
         def score(chunk: list[Datum]) -> torch.Tensor:
             with torch.inference_mode():  # per thread: a row worker's too
@@ -342,8 +345,7 @@ class LocalPolicy:
                     )
 
         with self._weights(reference):
-            for batch in self._micro_batches(datums):
-                parts = self._row_parts([datums[i] for i in batch])
+            for batch, parts in batches:
                 scored = self._run_parts(lambda part: score([datums[batch[j]] for j in part]), parts)
                 for part, logprobs_B_T in zip(parts, scored):
                     for row, j in enumerate(part):

@@ -72,8 +72,6 @@ CASES = [
     Case("sft-test-empty", ["run", "sft.toml"], ["[sft] test_file: test.jsonl: no examples"], files={"test.jsonl": ""}),
     Case("sft-dataset-missing", ["run", "sft.toml", "--set", "sft.train_file=runs/data/sft_train.jsonl"],
          ["[sft] train_file: file not found: runs/data/sft_train.jsonl (make it with: emojikit run recipes/data.toml)"]),
-    Case("sft-mask-without-decoder", ["run", "sft.toml", "--set", 'sft.answers_under_mask="always"'],
-         ['sft.toml: [sft] answers_under_mask = "always" needs a [decoder] table']),
     Case("sft-data-recipe-missing", ["run", "sft.toml", "--set", "sft.data=data.toml"], ["sft.toml: [sft] data: data.toml is not a recipe file"]),
     Case("prompts-missing-text-field", ["run", str(RECIPES / "data.toml"), "--set", 'prompts={ use = "jsonl", path = "prompts.jsonl" }'],
          ["data.toml: [prompts] prompts.jsonl:2: expected a non-empty string in field 'text'"],

@@ -180,49 +180,61 @@ def test_sft_end_to_end_and_resume(tmp_path, tiny_model):
     assert [r["step"] for r in read_rows(other / "metrics.jsonl")] == [1, 2]
 
 
-def test_sft_answers_under_the_mask_are_scored_over_the_tokens_the_decoder_allows(tiny_model):
-    """answers_under_mask: an answer the decoder accepts is marked as decoded, and the loss is its
-    log-softmax over the tokens the mask allows (never below the whole vocabulary's); an answer
-    it rejects keeps the whole vocabulary rather than an infinite loss."""
+def test_answer_tokens_only_scores_an_answer_over_the_tokens_the_answers_are_spelled_with(tiny_model):
+    """An answer spelled with the vocabulary is scored by the log-softmax over those tokens
+    alone (never below the whole vocabulary's; the same logits, fewer to share with); one with
+    a token outside keeps the whole vocabulary, rather than an infinite loss."""
     import math
 
+    import torch
+
     from emojikit.api.policy import AdamParams
-    from emojikit.training.sft import chat_datum
-    from emojikit_emoji_mask.decoder import EmojiMaskDecoder
+    from emojikit.training.sft import AnswerTokens, chat_datum
     from emojikit_local.config import LocalConfig
     from emojikit_local.loading import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
 
     model, tokenizer = load_model_and_tokenizer(str(tiny_model))
     policy = LocalPolicy(model, tokenizer, LocalConfig(lora_layers=1), seed=0)
-    decoder = EmojiMaskDecoder()
     chats = [[{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
              for text, answer in [("pizza night", "🍕🎉"), ("gig tonight", "🎸🔥🎶"), ("plain words", "not emoji")]]
+    vocabulary = AnswerTokens.of(policy, chats[:2])
+    assert vocabulary.token_ids == {t for chat in chats[:2] for t in policy.encode_completion(chat[-1]["content"])}
     plain = [chat_datum(policy, chat) for chat in chats]
-    masked = [chat_datum(policy, chat, decoder, 16) for chat in chats]
+    narrow = [chat_datum(policy, chat, vocabulary) for chat in chats]
     first_answer = len(policy.encode_prompt(chats[0][:1])) - 1
-    assert masked[0].decoded_spans == [(first_answer, len(masked[0].model_input))] and masked[0].decode_budget == 16
-    assert masked[0].weights[first_answer:] == [1.0] * (len(masked[0].weights) - first_answer) and not any(masked[0].weights[:first_answer])
-    assert masked[2].decoded_spans == [] and all(not d.decoded_spans for d in plain)
+    assert narrow[0].decoded_spans == [(first_answer, len(narrow[0].model_input))]
+    assert narrow[0].weights[first_answer:] == [1.0] * (len(narrow[0].weights) - first_answer) and not any(narrow[0].weights[:first_answer])
+    assert narrow[2].decoded_spans == [] and all(not d.decoded_spans for d in plain)
 
     whole = policy.compute_logprobs(plain)
-    under_mask = policy.compute_logprobs(masked, decoder=decoder)
-    for d, w_lps, m_lps, accepted in zip(masked, whole, under_mask, (True, True, False)):
-        answer = [(w, m) for weight, w, m in zip(d.weights, w_lps, m_lps) if weight]
-        assert all(math.isfinite(m) for _, m in answer)
-        if accepted:  # the same logits, normalised over fewer tokens: strictly more likely
-            assert all(m > w + 1e-4 for w, m in answer)
+    over_answer_tokens = policy.compute_logprobs(narrow, decoder=vocabulary)
+    head = model.get_output_embeddings().weight
+    ids = torch.tensor(sorted(vocabulary.token_ids))
+    for d, w_lps, n_lps, spelled in zip(narrow, whole, over_answer_tokens, (True, True, False)):
+        answer = [(w, n) for weight, w, n in zip(d.weights, w_lps, n_lps) if weight]
+        assert all(math.isfinite(n) for _, n in answer)
+        if spelled:  # log p(t) - log p(the vocabulary), from the whole-vocabulary logprobs
+            assert all(n > w + 1e-4 for w, n in answer)
         else:
-            assert [m for _, m in answer] == pytest.approx([w for w, _ in answer], abs=1e-5)
+            assert [n for _, n in answer] == pytest.approx([w for w, _ in answer], abs=1e-5)
+    # the same figure from the whole vocabulary's logits, renormalised over the answer tokens by hand
+    with torch.no_grad():
+        hidden = policy.model(input_ids=torch.tensor([narrow[0].model_input]), output_hidden_states=True).hidden_states[-1][0]
+        logits = hidden @ head.T
+        by_hand = torch.log_softmax(logits[:, ids], dim=-1)
+    columns = {t: k for k, t in enumerate(ids.tolist())}
+    expected = [float(by_hand[i, columns[t]]) for i, (t, w) in enumerate(zip(narrow[0].target_tokens, narrow[0].weights)) if w]
+    assert [n for n, w in zip(over_answer_tokens[0], narrow[0].weights) if w] == pytest.approx(expected, abs=1e-4)
 
-    out = policy.forward_backward(masked, "cross_entropy", decoder=decoder)
-    answer_tokens = sum(sum(d.weights) for d in masked)
-    assert out.loss == pytest.approx(-sum(m for d, lps in zip(masked, under_mask) for w, m in zip(d.weights, lps) if w) / answer_tokens, abs=1e-4)
-    assert out.loss < policy.forward_backward(plain, "cross_entropy").loss
+    out = policy.forward_backward(narrow[:2], "cross_entropy", decoder=vocabulary)
+    answer_tokens = sum(sum(d.weights) for d in narrow[:2])
+    assert out.loss == pytest.approx(-sum(n for d, lps in zip(narrow[:2], over_answer_tokens) for w, n in zip(d.weights, lps) if w) / answer_tokens, abs=1e-4)
+    assert out.loss < policy.forward_backward(plain[:2], "cross_entropy").loss
     policy.optim_step(AdamParams(learning_rate=1e-2))
 
 
-def test_sft_scores_the_later_passes_under_the_mask_and_logs_the_test_nll_both_ways(tmp_path, tiny_model):
+def test_sft_scores_the_later_passes_over_the_answer_tokens_and_logs_the_test_nll_both_ways(tmp_path, tiny_model):
     train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
     write_chats(train, 8)
     write_chats(test, 4)
@@ -230,13 +242,13 @@ def test_sft_scores_the_later_passes_under_the_mask_and_logs_the_test_nll_both_w
     run_cli("run", str(ROOT / "recipes/sft.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "backend.lora_layers=1",
             "--set", f"sft.train_file={json.dumps(str(train))}", "--set", f"sft.test_file={json.dumps(str(test))}", "--set", "sft.keep_best_read=1",
             "--set", "sft.batch_size=4", "--set", "sft.epochs=2", "--set", "sft.eval_every=1", "--set", "sft.sample_every=0", "--set", "sft.report_examples=0",
-            "--set", "sft.max_new_tokens=6", "--set", 'sft.answers_under_mask="later-passes"', "--set", f"out={json.dumps(str(out))}")
+            "--set", "sft.max_new_tokens=6", "--set", 'sft.answer_tokens_only="later-passes"', "--set", f"out={json.dumps(str(out))}")
     metrics = read_rows(out / "metrics.jsonl")
     assert [r["step"] for r in metrics] == [1, 2, 3, 4]
-    for row in metrics:  # every answer is 2-3 emoji: more likely over the emoji the mask allows than over every token
-        assert row["test_nll_masked"] < row["test_nll"]
-    # The second pass trains the first pass's batches again, under the mask: a random model spreads
-    # its mass over 49,152 tokens, so the masked loss is nats below the whole vocabulary's.
+    for row in metrics:  # the test answers use the training answers' emoji: likelier over their tokens than over all
+        assert row["test_nll_answer_tokens"] < row["test_nll"]
+    # The second pass trains the first pass's batches again, over the answer tokens: a random
+    # model spreads its mass over 49,152 tokens, so that loss is nats below the whole vocabulary's.
     assert metrics[2]["loss"] < metrics[0]["loss"] - 1 and metrics[3]["loss"] < metrics[1]["loss"] - 1
 
 

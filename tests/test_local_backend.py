@@ -456,7 +456,7 @@ def test_sfts_test_nll_asks_for_the_answer_positions_only_and_equals_the_full_pa
     nll = sft.test_nll(policy, datums)
     full = full_pass(datums)
     expected = sum(-lp * w for d, lps in zip(datums, full) for lp, w in zip(lps, d.weights)) / sum(sum(d.weights) for d in datums)
-    assert asked == [{"weighted_only": True}]
+    assert asked == [{"decoder": None, "weighted_only": True}]
     assert nll == pytest.approx(expected, abs=1e-5)
 
 

@@ -70,8 +70,8 @@ class SFTSettings(ConfigModel):
     answer_tokens_only: Literal["never", "later-passes", "always"] = Field(
         "never", description="Score each answer position over the tokens the training answers are spelled with only (103 of "
         "SmolLM2's 49,152 for emoji answers), not the whole vocabulary: the loss's softmax runs over those, and a backend that masks "
-        "(local) projects onto them alone: a later step of the main job's SFT in 0.81x the seconds on an AVX2 CPU, the game the "
-        "same. never: the whole vocabulary, whose loss also pushes every other token down, which teaches the format without a mask; "
+        "(local) projects onto them alone: a later step of the main job's SFT in 0.89x the seconds on an AVX2 CPU (bench/answer_tokens.py; "
+        "0.81x between two runs), the game the same. never: the whole vocabulary, whose loss also pushes every other token down, which teaches the format without a mask; "
         "later-passes: from the second pass on, after the first has pushed them down (unmasked, 0.910 of answers kept 2-8 emoji "
         "against 0.975); always: never pushed down (scored so under the decoder's own mask: 0.100). An answer with a token outside them (a test chat's) keeps the whole "
         "vocabulary. The test NLL is then logged both ways (test_nll, test_nll_answer_tokens) (docs/experiments/learning-per-minute.md)."

@@ -68,8 +68,8 @@ class SFTSettings(ConfigModel):
         "Measured with group_by_length = 16: the same test NLL, no better a sender (docs/experiments/learning-per-minute.md)."
     )
     answer_tokens_only: Literal["never", "later-passes", "always"] = Field(
-        "never", description="Score each answer position over the tokens the training answers are spelled with only (103 of "
-        "SmolLM2's 49,152 for emoji answers), not the whole vocabulary: the loss's softmax runs over those, and a backend that masks "
+        "never", description="Score each answer position over the tokens the training answers are spelled with only (83 of "
+        "SmolLM2's 49,152 for the main job's emoji answers), not the whole vocabulary: the loss's softmax runs over those, and a backend that masks "
         "(local) projects onto them alone: a later step of the main job's SFT in 0.89x the seconds on an AVX2 CPU (bench/answer_tokens.py; "
         "0.81x between two runs), the game the same. never: the whole vocabulary, whose loss also pushes every other token down, which teaches the format without a mask; "
         "later-passes: from the second pass on, after the first has pushed them down (unmasked, 0.910 of answers kept 2-8 emoji "

@@ -222,7 +222,7 @@ def test_sweep_runs_every_seed_and_compares_start_and_final_over_seeds(tmp_path,
     heldout.write_text("".join(json.dumps({"text": t, "category": "c"}) + "\n" for t in ["Let's get pizza tonight", "It is raining today", "Happy birthday, grandma!"]))
     out = tmp_path / "sweep"
     args = ["sweep", str(root / "recipes/grpo.toml"), "--seeds", "3,4", "--out", str(out), "--judge", "retrieval", "--judge", "keywords",
-            "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "grpo.steps=1", "--set", "grpo.batch_size=2",
+            "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "backend.lora_layers=1", "--set", "grpo.steps=1", "--set", "grpo.batch_size=2",
             "--set", "grpo.group_size=2", "--set", "grpo.start_from=\"base\"", "--set", f"grpo.heldout_file={json.dumps(str(heldout))}",
             "--set", "grpo.eval_targets=3", "--set", "grpo.eval_every=0", "--set", "grpo.target_pool=8", "--set", "game.max_new_tokens=6",
             "--set", "judge.distractors=4"]

@@ -250,7 +250,7 @@ def test_grpo_runs_on_the_bfloat16_path_with_the_ratio_at_one(tmp_path, tiny_mod
     from test_training import ROOT, read_rows, run_cli
 
     out = tmp_path / "grpo"
-    run_cli("run", str(ROOT / "recipes/grpo.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", 'backend.dtype="bfloat16"',
+    run_cli("run", str(ROOT / "recipes/grpo.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "backend.lora_layers=1", "--set", 'backend.dtype="bfloat16"',
             "--set", "grpo.batch_size=2", "--set", "grpo.group_size=2", "--set", "grpo.eval_targets=2", "--set", "grpo.start_from=\"base\"",
             "--set", "game.max_turns=2", "--set", "game.max_new_tokens=6", "--set", "judge.distractors=8", "--set", "grpo.target_pool=16",
             "--set", "grpo.compare=false", "--set", "grpo.steps=1", "--set", f"out={json.dumps(str(out))}")

@@ -184,10 +184,10 @@ def test_a_run_directory_resolves_to_its_final_checkpoint(trained_runs):
 
 
 def test_validate_resolves_start_from_a_run_and_refuses_a_folder_of_runs_before_any_model(trained_runs, tiny_model):
-    common = ["--set", f"backend.model={json.dumps(str(tiny_model))}"]
+    common = ["--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "backend.lora_layers=1"]
     one_line_error(invoke("validate", RECIPES / "grpo.toml", *common, "--set", f"grpo.start_from={json.dumps(str(trained_runs))}"),
                    "[grpo] start_from:", "a folder of run directories")
-    recipe = load_recipe(RECIPES / "grpo.toml", [*common[1:], f"grpo.start_from={json.dumps(str(trained_runs / 'sft'))}"])
+    recipe = load_recipe(RECIPES / "grpo.toml", [*common[1::2], f"grpo.start_from={json.dumps(str(trained_runs / 'sft'))}"])
     assert recipe.settings["grpo"].start_from == str(trained_runs / "sft/checkpoints/step_12")
 
 
@@ -291,3 +291,48 @@ def test_a_moved_clone_wants_a_new_install(tmp_path):
     assert setup_stamp(moved) != before
     # A GPU install (torch from another index) is another install too.
     assert setup_stamp(moved, EMOJIKIT_TORCH_INDEX="https://download.pytorch.org/whl/cu124") != setup_stamp(moved)
+
+
+def test_a_checkpoint_plays_with_its_own_adapter_where_the_recipe_trains_fewer_layers(tiny_model, tmp_path):
+    """The main job's RL stage trains the last layers of an SFT adapter that covers more
+    (`lora_layers`); its comparison, `emojikit eval`, chat and serve build that recipe's backend
+    and load checkpoints whose adapter covers every layer. Each plays the checkpoint as saved."""
+    import torch
+
+    from emojikit.api.components import BuildContext
+    from emojikit.composition.registry import get_registry
+    from emojikit.evaluation.comparison import comparison_recipe
+    from emojikit.evaluation.evaluate import load_sender
+    from emojikit.export import senders
+
+    torch.set_num_threads(1)
+    spec = get_registry().get("backend", "local")
+    trained = spec.factory(spec.config(model=str(tiny_model)), BuildContext(seed=0))  # LoRA in both layers
+    with torch.no_grad():
+        for name, p in trained.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)  # an adapter that changes every layer's output
+    run_dir = tmp_path / "runs" / "grpo"
+    checkpoint = trained.save(str(run_dir / "checkpoints" / "step_8"), with_optimizer=False)
+    model, recipe_toml = json.dumps(str(tiny_model)), (RECIPES / "grpo.toml").read_text(encoding="utf-8")
+    (run_dir / "recipe.toml").write_text(recipe_toml.replace('model = "bundled:smollm2-135m-instruct"', f"model = {model}")
+                                         .replace("lora_layers = 10", "lora_layers = 1"), encoding="utf-8")
+    prompt = trained.encode_prompt([{"role": "user", "content": "pizza tonight?"}])
+    want = trained.compute_logprobs([datum(prompt, [5, 6, 7])])
+
+    recipe = load_recipe(run_dir / "recipe.toml", ['grpo.start_from="base"'])
+    assert recipe.components["backend"].config.lora_layers == 1  # the layer RL would train
+    assert comparison_recipe(recipe).components["backend"].config.lora_layers is None
+    played = [load_sender(recipe, str(checkpoint), recipe.settings["game"], tmp_path / "eval"),  # the comparison, emojikit eval
+              senders.build(senders.resolve(str(run_dir)))["backend"]]  # chat, serve, export, llm
+    base = load_sender(recipe, "base", recipe.settings["game"], tmp_path / "eval")
+    for policy in played:
+        assert policy.compute_logprobs([datum(prompt, [5, 6, 7])])[0] == pytest.approx(want[0], abs=1e-5)
+    assert base.compute_logprobs([datum(prompt, [5, 6, 7])])[0] != pytest.approx(want[0], abs=1e-3)  # the adapter matters
+
+
+def datum(prompt: list[int], answer: list[int]):
+    from emojikit.api.policy import Datum
+
+    tokens = prompt + answer
+    return Datum(model_input=tokens[:-1], target_tokens=tokens[1:], weights=[0.0] * (len(prompt) - 1) + [1.0] * len(answer))

@@ -280,7 +280,7 @@ def test_datums_weight_only_sender_tokens_of_every_turn():
 
 def test_grpo_end_to_end_and_resume(tmp_path, tiny_model):
     out = tmp_path / "grpo"
-    common = ["--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "grpo.batch_size=2", "--set", "grpo.group_size=2",
+    common = ["--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "backend.lora_layers=1", "--set", "grpo.batch_size=2", "--set", "grpo.group_size=2",
               "--set", "grpo.eval_targets=2", "--set", "grpo.save_every=1", "--set", "grpo.start_from=\"base\"",
               "--set", "game.max_turns=2", "--set", "game.max_new_tokens=6", "--set", "judge.distractors=8",
               "--set", "grpo.target_pool=16", "--set", "grpo.compare=false", "--set", f"out={json.dumps(str(out))}"]

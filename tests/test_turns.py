@@ -181,7 +181,7 @@ def test_a_tiny_grpo_run_trains_with_each_normalization_turn_credit_and_the_cent
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "grpo"
-    args = ["run", str(root / "recipes/grpo.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "grpo.steps=1",
+    args = ["run", str(root / "recipes/grpo.toml"), "--set", f"backend.model={json.dumps(str(tiny_model))}", "--set", "backend.lora_layers=1", "--set", "grpo.steps=1",
             "--set", "grpo.batch_size=2", "--set", "grpo.group_size=3", "--set", "grpo.eval_targets=2", "--set", "grpo.start_from=\"base\"",
             "--set", "game.max_turns=2", "--set", "game.max_new_tokens=6", "--set", "judge.distractors=8", "--set", "grpo.target_pool=8",
             "--set", "grpo.compare=false", "--set", f"grpo.loss_normalization=\"{normalization}\"", "--set", "grpo.credit=\"turn\"",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Literal, Mapping, Optional, Sequence, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional, Sequence, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -14,6 +14,11 @@ class ConfigModel(BaseModel):
     """Every config rejects unknown keys, so a typo is an error, never a silent default."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    # A backend's settings that place the adapter a run trains: where it starts (init_from), and
+    # in a backend that has them, which layers train. A saved checkpoint plays with its own adapter
+    # on the base model, so a backend built to play one leaves them at their defaults (for_playing).
+    training_placement: ClassVar[tuple[str, ...]] = ("init_from",)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -30,6 +35,14 @@ class ConfigModel(BaseModel):
         if leaves == {bool} and not isinstance(value, bool):
             raise PydanticCustomError("bool_type", "expected true or false")
         return value
+
+
+def for_playing(config: ConfigModel) -> ConfigModel:
+    """`config` with its training placement at the defaults: a backend that loads a saved
+    checkpoint to play it (a run's start, or the layers a run trains, are not the checkpoint's)."""
+    fields = type(config).model_fields
+    reset = {key: fields[key].default for key in type(config).training_placement if key in fields}
+    return config.model_copy(update=reset) if reset else config
 
 
 def _must_exist(path: Path) -> Path:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
+from emojikit.api.config import for_playing
 from emojikit.api.errors import ConfigError, EmojikitError
 from emojikit.support.io import atomic_write_text
 
@@ -44,10 +45,9 @@ def senders(start: Optional[str], final: str) -> dict[str, str]:
 
 def comparison_recipe(recipe):
     """The GRPO recipe with its own backend config: the comparison loads each checkpoint onto
-    the base model, so a start checkpoint the run was built from (init_from) is left out."""
+    the base model, so the run's training placement (its start, the layers it trains) is left out."""
     backend = recipe.components["backend"]
-    if getattr(backend.config, "init_from", None) is not None:
-        backend = replace(backend, config=backend.config.model_copy(update={"init_from": None}))
+    backend = replace(backend, config=for_playing(backend.config))
     game = recipe.settings["game"]
     g = recipe.settings["grpo"]
     if g.max_turns is not None:

@@ -167,7 +167,8 @@ def eval_recipe_for(run_recipe, judge: str, max_turns: int, out: Path):
     # Another reader keeps the run's pool settings (distractors, pool_file), so the readers are compared on one pool.
     data["judge"] = written if judge == written.get("use") else {"use": judge, **carried_judge_settings(written, judge, run_recipe.context().registry)}
     data["game"] = {**data.get("game", {}), "max_turns": max_turns}
-    data["backend"] = {k: v for k, v in data["backend"].items() if k != "init_from"}
+    placement = type(run_recipe.components["backend"].config).training_placement  # the checkpoints play with their own adapters
+    data["backend"] = {k: v for k, v in data["backend"].items() if k not in placement}
     path = out / f"eval-{judge}.toml"
     atomic_write_text(path, dump_toml({"kind": "eval", "name": f"sweep-eval-{judge}", "out": str(out), **data}))
     return load_recipe(path)

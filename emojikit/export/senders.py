@@ -10,11 +10,12 @@ which emoji format it was held to; a bare checkpoint says so in its own files.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
 from emojikit.api.components import BuildContext
+from emojikit.api.config import for_playing
 from emojikit.api.errors import ConfigError, EmojikitError, InputFileError
 from emojikit.api.format import EmojiFormat
 from emojikit.stages import runs
@@ -174,6 +175,8 @@ def build(sender: Sender, *, settings: Optional[dict[str, dict[str, Any]]] = Non
     where = f"{sender.run_dir / 'recipe.toml'}: " if sender.run_dir is not None else f"{sender.checkpoint}: "
     if errors:
         raise ConfigError(where + "; ".join(errors))
+    if sender.load and "backend" in picked:  # the checkpoint plays with its own adapter, wherever the run's trained
+        picked["backend"] = replace(picked["backend"], config=for_playing(picked["backend"].config))
     built = {table: construct(choice, ctx) for table, choice in picked.items()}
     if sender.load:
         built["backend"].load(sender.checkpoint, with_optimizer=False)

@@ -37,8 +37,8 @@ class SFTSettings(ConfigModel):
     max_train_examples: Optional[int] = Field(None, ge=1, description="Use only the first N training examples.")
     keep_best_read: float = Field(
         1.0, gt=0, le=1, description="Train on this share of the training chats (those not marked \"repair\"): those whose teacher answer reads best (each row's "
-        "`reading`, written by a data recipe with [data] score_answers); 1: every chat. The main job sees about half its data once, "
-        "so it keeps the half its readers decode best (docs/experiments/learning-per-minute.md)."
+        "`reading`, written by a data recipe with [data] score_answers); 1: every chat. The main job trains three passes over the "
+        "best-read 18 %: fewer, better-read pairs, each seen more often (docs/experiments/learning-per-minute.md)."
     )
     repair_share: float = Field(
         0.0, ge=0, lt=1, description="Share of the chats trained on that are repair turns: the best-read of train_file's rows marked "

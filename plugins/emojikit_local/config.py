@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import ClassVar, Literal, Optional, Union
 
 from pydantic import Field, field_validator
 
@@ -12,6 +12,7 @@ from emojikit.api.config import ConfigModel, ExistingPath
 
 
 class LocalConfig(ConfigModel):
+    training_placement: ClassVar[tuple[str, ...]] = ("init_from", "lora_layers")
     model: str = Field(SMOLLM2, description="bundled:smollm2-135m-instruct, a local model directory, or a Hugging Face id (local cache only when HF_HUB_OFFLINE=1)")
     lora_rank: int = Field(16, ge=1, description="LoRA rank r")
     lora_alpha: float = Field(32.0, gt=0, description="LoRA alpha (scale = alpha / rank)")

@@ -12,7 +12,7 @@ import importlib
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from emojikit.composition.assembly import COMPONENT_TABLES, ComponentChoice, choose, context, format_validation, preflight_errors
 from emojikit.api.components import BuildContext
-from emojikit.api.config import holds_path, plain_problem, reads_path
+from emojikit.api.config import for_playing, holds_path, plain_problem, reads_path
 from emojikit.api.errors import ConfigError, EmojikitError, PluginError
 from emojikit.composition.registry import Registry, did_you_mean, get_registry
 
@@ -104,6 +104,12 @@ class Recipe:
     def build(self, table: str, run_dir: Optional[Path] = None) -> Any:
         """Build the component of `table` through the assembly seam (factory + Protocol check)."""
         return self.components[table].build(self.context(run_dir))
+
+    def build_player(self, run_dir: Optional[Path] = None) -> Any:
+        """The backend a saved checkpoint is loaded on to play: the recipe's, without the settings
+        that place what a run trains (api.config.for_playing), so the checkpoint's own adapter loads."""
+        choice = self.components["backend"]
+        return replace(choice, config=for_playing(choice.config)).build(self.context(run_dir))
 
     def build_named(self, kind: str, name: str, run_dir: Optional[Path] = None) -> Any:
         """Build a component the recipe names in a setting rather than a table (a teacher played as a

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator
 
 from emojikit.api import emojis
 from emojikit.api.components import add_candidates
-from emojikit.api.config import ConfigModel, ExistingFile, for_playing
+from emojikit.api.config import ConfigModel, ExistingFile
 from emojikit.api.format import DEFAULT_FORMAT, EmojiFormat, format_of
 from emojikit.play.targets import read_targets
 from emojikit.play.teacher_sender import TEACHER_PREFIX, TeacherSender
@@ -196,9 +196,7 @@ def load_sender(recipe, checkpoint: str, game, out_dir: Path):
         return teacher_sender(recipe, checkpoint[len(TEACHER_PREFIX):], game, out_dir)
     if checkpoint == "base":
         return recipe.build("backend", out_dir)
-    backend = recipe.components["backend"]  # a saved checkpoint plays with its own adapter, wherever the recipe's would train
-    recipe = dataclasses.replace(recipe, components={**recipe.components, "backend": dataclasses.replace(backend, config=for_playing(backend.config))})
-    sender = recipe.build("backend", out_dir)
+    sender = recipe.build_player(out_dir)
     sender.load(checkpoint, with_optimizer=False)
     return sender
 

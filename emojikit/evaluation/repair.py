@@ -71,9 +71,10 @@ def build_sender(recipe, checkpoint: str, game, out_dir: Path):
 
     if checkpoint.startswith(TEACHER_PREFIX):
         return teacher_sender(recipe, checkpoint[len(TEACHER_PREFIX):], game, out_dir)
-    sender = recipe.build("backend", out_dir)
-    if checkpoint != "base":
-        sender.load(resolve_sender(checkpoint), with_optimizer=False)
+    if checkpoint == "base":
+        return recipe.build("backend", out_dir)
+    sender = recipe.build_player(out_dir)
+    sender.load(resolve_sender(checkpoint), with_optimizer=False)
     return sender
 
 

@@ -171,12 +171,12 @@ def build(sender: Sender, *, settings: Optional[dict[str, dict[str, Any]]] = Non
             picked[table] = choose(COMPONENT_TABLES[table], use, body, ctx, table=table)
         except EmojikitError as exc:
             errors.append(str(exc))
+    if sender.load and "backend" in picked:  # the checkpoint plays with its own adapter, wherever the run's trained
+        picked["backend"] = replace(picked["backend"], config=for_playing(picked["backend"].config))
     errors += preflight_errors(picked.values(), ctx) if not errors else []
     where = f"{sender.run_dir / 'recipe.toml'}: " if sender.run_dir is not None else f"{sender.checkpoint}: "
     if errors:
         raise ConfigError(where + "; ".join(errors))
-    if sender.load and "backend" in picked:  # the checkpoint plays with its own adapter, wherever the run's trained
-        picked["backend"] = replace(picked["backend"], config=for_playing(picked["backend"].config))
     built = {table: construct(choice, ctx) for table, choice in picked.items()}
     if sender.load:
         built["backend"].load(sender.checkpoint, with_optimizer=False)

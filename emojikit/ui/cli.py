@@ -281,7 +281,7 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
     settings = recipe.settings["sft"]
     prompts = [chat[:-1] for chat in load_chats(settings.test_file, examples)]
     out = out or (Path(checkpoint).parent.parent if checkpoint != "base" else Path("runs/eval-sft-base"))
-    policy = recipe.build("backend", out)
+    policy = recipe.build("backend", out) if checkpoint == "base" else recipe.build_player(out)
     if checkpoint != "base":
         policy.load(checkpoint, with_optimizer=False)
     decoder = recipe.build("decoder", out) if recipe.has("decoder") else None

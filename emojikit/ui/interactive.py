@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from emojikit.composition.assembly import COMPONENT_TABLES, ComponentChoice, construct, context, preflight_errors
 from emojikit.api.components import BuildContext, CandidatePool, Episode, EpisodeTurn, Message, add_candidates, is_success, success_threshold
+from emojikit.api.config import for_playing
 from emojikit.api.errors import ConfigError, EmojikitError, InputFileError
 from emojikit.api.format import format_of
 from emojikit.play.game import GameSettings, play, sender_prompt
@@ -96,6 +97,8 @@ def build_parts(
         game = GameSettings()
     if errors:
         raise ConfigError(where + "; ".join(errors))
+    if "backend" in picked:  # it plays (a checkpoint, with its own adapter): the recipe's training placement does not apply
+        picked["backend"] = dataclasses.replace(picked["backend"], config=for_playing(picked["backend"].config))
     errors = preflight_errors(picked.values(), ctx)
     if errors:
         raise ConfigError(where + "; ".join(errors))

@@ -41,7 +41,7 @@ def for_playing(config: ConfigModel) -> ConfigModel:
     """`config` with its training placement at the defaults: a backend that loads a saved
     checkpoint to play it (a run's start, or the layers a run trains, are not the checkpoint's)."""
     fields = type(config).model_fields
-    reset = {key: fields[key].default for key in type(config).training_placement if key in fields}
+    reset = {key: fields[key].get_default(call_default_factory=True) for key in type(config).training_placement if key in fields}
     return config.model_copy(update=reset) if reset else config
 
 

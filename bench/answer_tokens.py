@@ -1,4 +1,4 @@
-"""Seconds of a later pass's SFT step (the main job's: ten adapted layers from the kept output of
+"""Seconds of a later pass's SFT step (the main job's until 2026-11-30: ten adapted layers from the kept output of
 the twenty below) with the answers scored over the whole vocabulary and over the tokens the
 training answers are spelled with (`[sft] answer_tokens_only`), alternated in one process.
 
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--group", type=int, default=16, help="batches sorted together ([sft] group_by_length; recipes/sft.toml: 16)")
-    parser.add_argument("--lora-layers", type=int, default=10, help="the main job's (recipes/sft.toml)")
+    parser.add_argument("--lora-layers", type=int, default=10, help="the main job's until 2026-11-30, as this bench's logged figures (recipes/sft.toml now: 20)")
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--limit", type=int, default=4096, help="use the first N training chats only")
     parser.add_argument("--train-file", type=Path, default=Path("runs/data/sft_train.jsonl"))

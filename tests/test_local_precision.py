@@ -60,7 +60,7 @@ def test_auto_dtype_reads_the_cpu_features(tmp_path):
     (set(), "unknown"),
 ])
 def test_the_cpu_kind_every_bench_reports(features, kind):
-    from emojikit_local.hardware import cpu_kind
+    from emojikit.support.cpu import cpu_kind
 
     assert cpu_kind(features) == kind
 

@@ -344,6 +344,34 @@ def test_the_comparison_names_base_sft_grpo_and_the_teacher(loops, tmp_path, mon
         assert (tmp_path / "runs/grpo" / f"comparison.{suffix}").stat().st_size > 0
 
 
+def test_the_comparison_sets_its_rows_beside_a_recorded_seed_spread(loops, tmp_path, monkeypatch):
+    from emojikit.composition.recipe import load_recipe
+    from emojikit.evaluation import comparison, spread
+    from emojikit.stages.runs import RunDir
+
+    run_main_job()
+    wins = {"runs/sft/checkpoints/step_4": [True, False, False], "runs/grpo/checkpoints/step_2": [True, True, False]}
+
+    def fake_evaluate(recipe, settings, targets, out_dir, **kwargs):
+        entry = lambda c: {"masked": {"success_rate": 0.5, "similarity": 0.6, "mean_turns": 1.5, "format_violations": 0.0, "distinct_emoji": 9},
+                           "categories": {}, "per_target_success": wins.get(c, [False] * 3)}
+        return {"targets": len(targets), "seed": 0, "judge": "retrieval", "checkpoints": {c: entry(c) for c in settings.checkpoints}}
+
+    monkeypatch.setattr("emojikit.evaluation.evaluate.evaluate_checkpoints", fake_evaluate)
+    record = {"format": spread.FORMAT, "recipe": {}, "start_recipe": {}, "runs": [{"seed": s, "start_seed": s, "machine": {"cpu_kind": "AVX2"}} for s in (0, 1)],
+              "columns": {"retrieval: held-out": {"targets": 3, "start": ["100", "110"], "grpo": ["110", "100"]}}}
+    Path("spread.json").write_text(json.dumps(record))
+    recipe = load_recipe("grpo.toml", ["grpo.eval_targets=3", 'grpo.seed_spread="spread.json"'])
+    with RunDir("runs/grpo", resume=True) as run_dir:
+        table = comparison.write_comparison(recipe, run_dir, "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2")
+    assert "## Beside the recorded seed spread (`spread.json`)" in table and "SFT seed / GRPO seed: 0/0, 1/1; CPU: AVX2" in table
+    assert "| retrieval (trained): held-out | 0.333 | 0.500 ± 0.167 | 0.667 | 0.500 ± 0.167 | +33.3 points | +0.0 ± 33.3 (+33.3 / -33.3; p 1) |  |" in table
+    assert "Inside noise: `retrieval: held-out` (+0.0)." in table
+    saved = json.loads((tmp_path / "runs/grpo/comparison.json").read_text())
+    assert saved["start_label"] == "sft" and set(saved["machine"]) == {"cpu", "cpu_kind", "cores"}
+    assert f"Measured on {saved['machine']['cpu']}" in table
+
+
 def test_the_comparison_plays_every_row_of_compare_files_without_base(loops, tmp_path, monkeypatch):
     from emojikit.composition.recipe import load_recipe
     from emojikit.evaluation import comparison

@@ -14,6 +14,8 @@ from typing import Optional
 
 from emojikit.api.config import for_playing
 from emojikit.api.errors import ConfigError, EmojikitError
+from emojikit.evaluation.spread import comparison_columns, read_record, spread_markdown
+from emojikit.support.cpu import describe_machine
 from emojikit.support.io import atomic_write_text
 
 STEM = "comparison"
@@ -118,11 +120,19 @@ def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optio
         table += f"\n## Under the `{name}` judge (the senders above; base left out)\n\n" + game_markdown(on_heldout)
         table += "".join(f"\n### {path} ({entry['which']})\n\n" + game_markdown(entry) for path, entry in results["readers"][name]["compare_files"].items())
     start_label = next((label for label, sender in rows.items() if sender == start), None)
+    results["start_label"] = start_label
+    results["machine"] = describe_machine()  # the figures move with the CPU kind: say which one made them
     table = summary_markdown(results, paired=("grpo", start_label) if start_label else None) + "\n" + table
-    table += (f"\nOne run, seed {recipe.seed}: a difference of a few points between sft and grpo here is within what another seed "
-              "or CPU moves; `emojikit sweep` runs the recipe over seeds with paired tests (docs/experiments/rl-other-reader.md "
-              "has the spread of this RL stage over seeds).\n")
+    # Written before the seed spread is set beside it: the games are what took the minutes.
     atomic_write_text(run_dir.file(f"{STEM}.json"), json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    machine = results["machine"]
+    table += f"\nMeasured on {machine['cpu']} (`cpu_kind` {machine['cpu_kind']}, {machine['cores']} cores), seed {recipe.seed}.\n"
+    if g.seed_spread is not None and start_label is not None:
+        table += "\n" + spread_markdown(read_record(g.seed_spread), g.seed_spread, results, run_dir.path)
+    else:
+        table += (f"\nOne run: a difference of a few points between {start_label or 'the start'} and grpo here is within what another seed "
+                  "or CPU moves; `emojikit spread` records several runs' comparisons and `[grpo] seed_spread` prints them beside this one "
+                  "(docs/experiments/rl-other-reader.md has the spread of this RL stage over seeds).\n")
     atomic_write_text(run_dir.file(f"{STEM}.md"), table)
     game_chart(results, run_dir.file(f"{STEM}.png"))
     print(table)
@@ -161,11 +171,7 @@ def summary_markdown(results: dict, paired: Optional[tuple[str, str]] = None) ->
     `paired` (a, b), a last line: a's gain over b target by target and its exact McNemar p."""
     from emojikit.evaluation.repair import paired_comparison
 
-    columns = [(results["judge"], "held-out", results)]
-    columns += [(results["judge"], Path(p).stem, e) for p, e in results["compare_files"].items()]
-    for name, played in results.get("readers", {}).items():
-        columns += [(name, "held-out", played["heldout"])]
-        columns += [(name, Path(p).stem, e) for p, e in played["compare_files"].items()]
+    columns = comparison_columns(results)
     trained = results["judge"]
     head = " | ".join(f"{'**' + judge + '** (trained)' if judge == trained else judge}: {where}" for judge, where, _ in columns)
     lines = ["Summary: success (first-turn success) per sender; the RL stage trained against the judge marked (trained).", "",

@@ -28,3 +28,38 @@ def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> Optional[set[str]]:
 def has_bf16_units(features: Optional[set[str]]) -> bool:
     """True when the flags name bf16 matmul units (where `dtype = "auto"` computes in bf16)."""
     return bool(features and features & BF16_FEATURES)
+
+
+def cpu_kind(features: Optional[set[str]] = None) -> str:
+    """The kind of CPU by its widest matmul units, the kinds the project's figures differ by:
+    "AMX", "AVX512-BF16", "AVX512", "AVX2", "Arm BF16", "Arm" (or "unknown")."""
+    features = cpu_features() if features is None else features
+    if not features:
+        return "unknown"
+    for flag, kind in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX512"), ("avx2", "AVX2")):
+        if flag in features:
+            return kind
+    if "asimd" in features:
+        return "Arm BF16" if "bf16" in features else "Arm"
+    return "unknown"
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name as Linux reports it (x86 "model name"), else what platform knows."""
+    import platform
+
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def describe_machine() -> dict:
+    """What a figure was measured on: the CPU model, its kind (the figures move with it) and cores."""
+    import os
+
+    return {"cpu": cpu_model(), "cpu_kind": cpu_kind(), "cores": os.cpu_count()}

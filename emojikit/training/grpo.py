@@ -125,6 +125,11 @@ class GRPOSettings(ConfigModel):
     compare: bool = Field(
         False, description="At the end, play the held-out targets with base, the start checkpoint, the final one and the teacher side by side (comparison.md/.json/.png)."
     )
+    seed_spread: Optional[Path] = Field(
+        None, description="A seed-spread file (`emojikit spread RUN...` gathers the comparisons of several runs of this recipe): the "
+        "comparison prints this run's SFT and GRPO rows beside the recorded runs' mean, spread between runs and pooled paired test, "
+        "and says which GRPO - SFT differences are outside noise."
+    )
 
     @model_validator(mode="after")
     def _guided_fewer_than_group(self):
@@ -142,6 +147,19 @@ class GRPOSettings(ConfigModel):
                 if wrong:
                     raise ValueError(f'states = "repair": {why}')
         return self
+
+    @field_validator("seed_spread")
+    @classmethod
+    def _spread_readable(cls, value: Optional[Path]) -> Optional[Path]:
+        if value is not None:
+            from emojikit.api.errors import InputFileError
+            from emojikit.evaluation.spread import read_record
+
+            try:
+                read_record(value)
+            except InputFileError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("start_from")
     @classmethod

@@ -386,6 +386,23 @@ def sweep(recipe: Path, seeds: str, overrides, judges, teacher: str, out):
     run_sweep(recipe, parse_seeds(seeds), list(overrides), list(judges) or ["retrieval", "keywords"], teacher or None, out)
 
 
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="The seed-spread file to write (JSON; [grpo] seed_spread names it).")
+@friendly_errors
+def spread(runs: tuple[Path, ...], out: Path):
+    """Record the comparisons of several finished runs of one GRPO recipe (its seeds) as a seed-spread
+    file: a later run's comparison, with [grpo] seed_spread = OUT, prints its figures beside theirs."""
+    import json
+
+    from emojikit.evaluation.spread import record
+    from emojikit.support.io import atomic_write_text
+
+    data = record(list(runs))
+    atomic_write_text(out, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    click.echo(f"wrote {out}: {len(data['runs'])} runs, {len(data['columns'])} columns ({', '.join(data['columns'])})")
+
+
 def mask_model(model: str) -> str:
     """The base model for `mask --model`: a checkpoint or run directory stands for the model it
     was trained from (its tokenizer is that model's); anything else must be a loadable model."""

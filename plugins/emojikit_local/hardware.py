@@ -17,20 +17,6 @@ from emojikit.support.cpu import cpu_features, has_bf16_units
 _warned: set[tuple[str, str]] = set()
 
 
-def cpu_kind(features: Optional[set[str]] = None) -> str:
-    """The kind of CPU by its widest matmul units, the kinds the project's figures differ by:
-    "AMX", "AVX512-BF16", "AVX512", "AVX2", "Arm BF16", "Arm" (or "unknown")."""
-    features = cpu_features() if features is None else features
-    if not features:
-        return "unknown"
-    for flag, kind in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512f", "AVX512"), ("avx2", "AVX2")):
-        if flag in features:
-            return kind
-    if "asimd" in features:
-        return "Arm BF16" if "bf16" in features else "Arm"
-    return "unknown"
-
-
 def bfloat16_matmul_problem(device: str, features: Optional[set[str]] = None) -> Optional[str]:
     """None when `device` (a resolved torch device string) multiplies bf16 natively; otherwise
     why not, as a clause for a message."""

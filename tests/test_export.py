@@ -219,11 +219,13 @@ def test_card_carries_the_runs_heldout_comparison(workdir, tmp_path):
     entry = lambda s: {"masked": {"success_rate": s, "similarity": 0.5, "mean_turns": 1.5, "format_violations": 0.0, "distinct_emoji": 9}}  # noqa: E731
     (run / "comparison.json").write_text(json.dumps({"targets": 128, "judge": "retrieval", "seed": 0, "max_turns": 2, "temperature": 0.3,
                                                      "checkpoints": {"base": entry(0.016), "sft": entry(0.523), "grpo": entry(0.516)},
-                                                     "senders": {"base": "base", "sft": "x/step_250", "grpo": "y/step_8"}}))
+                                                     "senders": {"base": "base", "sft": "x/step_250", "grpo": "y/step_8"},
+                                                     "machine": {"cpu": "AMD EPYC", "cpu_kind": "AVX2", "cores": 2}}))
     sender = senders.resolve(str(run))
     assert sender.kind == "grpo" and sender.step == 8
     card = model_card(sender, {"base_model": "HuggingFaceTB/SmolLM2-135M-Instruct", "dtype": "float32"}, merged=False)
     assert "| sft | 0.523 | 0.500 | 1.50 | 0.000 |" in card and "| grpo | 0.516 |" in card and "128 targets" in card
+    assert "Measured on AMD EPYC (`cpu_kind` AVX2): one run, one seed" in card
     assert "GRPO" in card and "- grpo" in card and "library_name: peft" in card
     assert "started from" in card and "SFT data: `runs/data/sft_train.jsonl`" in card  # provenance follows the start
 

@@ -69,6 +69,10 @@ def heldout_figures(sender: Sender) -> list[str]:
         senders = comparison.get("senders")
         if isinstance(senders, dict):
             lines += ["", "; ".join(f"{label} = `{what}`" for label, what in senders.items() if label != what)]
+        machine = comparison.get("machine")
+        if isinstance(machine, dict) and machine.get("cpu_kind"):
+            lines += ["", f"Measured on {machine.get('cpu', 'a CPU')} (`cpu_kind` {machine['cpu_kind']}): one run, one seed; another seed or CPU kind "
+                      "moves these figures by a few points."]
     elif (row := _last_jsonl(run_dir / "eval.jsonl")) is not None:
         try:
             lines.append(

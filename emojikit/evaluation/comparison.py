@@ -121,18 +121,18 @@ def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optio
         table += "".join(f"\n### {path} ({entry['which']})\n\n" + game_markdown(entry) for path, entry in results["readers"][name]["compare_files"].items())
     start_label = next((label for label, sender in rows.items() if sender == start), None)
     results["start_label"] = start_label
-    results["machine"] = describe_machine()  # the figures move with the CPU kind: say which one made them
-    table = summary_markdown(results, paired=("grpo", start_label) if start_label else None) + "\n" + table
+    results["machine"] = machine = describe_machine()  # the figures move with the CPU kind: say which one made them
     # Written before the seed spread is set beside it: the games are what took the minutes.
     atomic_write_text(run_dir.file(f"{STEM}.json"), json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    machine = results["machine"]
-    table += f"\nMeasured on {machine['cpu']} (`cpu_kind` {machine['cpu_kind']}, {machine['cores']} cores), seed {recipe.seed}.\n"
+    head = summary_markdown(results, paired=("grpo", start_label) if start_label else None)
+    head += f"\nMeasured on {machine['cpu']} (`cpu_kind` {machine['cpu_kind']}, {machine['cores']} cores), seed {recipe.seed}.\n"
     if g.seed_spread is not None and start_label is not None:
-        table += "\n" + spread_markdown(read_record(g.seed_spread), g.seed_spread, results, run_dir.path)
+        head += "\n" + spread_markdown(read_record(g.seed_spread), g.seed_spread, results, run_dir.path)
     else:
-        table += (f"\nOne run: a difference of a few points between {start_label or 'the start'} and grpo here is within what another seed "
-                  "or CPU moves; `emojikit spread` records several runs' comparisons and `[grpo] seed_spread` prints them beside this one "
-                  "(docs/experiments/rl-other-reader.md has the spread of this RL stage over seeds).\n")
+        head += (f"\nOne run: a difference of a few points between {start_label or 'the start'} and grpo here is within what another seed "
+                 "or CPU moves; `emojikit spread` records several runs' comparisons and `[grpo] seed_spread` prints them beside this one "
+                 "(docs/experiments/rl-other-reader.md has the spread of this RL stage over seeds).\n")
+    table = head + "\n" + table
     atomic_write_text(run_dir.file(f"{STEM}.md"), table)
     game_chart(results, run_dir.file(f"{STEM}.png"))
     print(table)

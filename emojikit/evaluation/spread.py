@@ -15,7 +15,7 @@ import hashlib
 import json
 import statistics
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 from emojikit.api.errors import ConfigError, InputFileError, RunDirectoryError
 
@@ -87,7 +87,7 @@ def differences(a: dict, b: dict) -> list[str]:
     return sorted(key for key in a.keys() | b.keys() if a.get(key) != b.get(key))
 
 
-def wins_text(per_target_success: list) -> str:
+def wins_text(per_target_success: Iterable) -> str:
     """Per-target success as a string of 0s and 1s, one character a target (a record stays small and diffable)."""
     return "".join("1" if won else "0" for won in per_target_success)
 

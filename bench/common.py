@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import sys
 from pathlib import Path
@@ -36,10 +35,9 @@ MESSAGES = [
 
 
 def machine() -> dict:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
-    from emojikit.support.cpu import cpu_kind
+    from emojikit.support.cpu import cpu_kind, cpu_model
+
+    model = cpu_model()
 
     # The kind (AMX, AVX512-BF16, AVX2, ...) is what a figure moves with: say it beside every figure;
     # so does how idle torch threads wait (1.5x on a bf16 step, emojikit/support/torch_env.py).

@@ -364,8 +364,9 @@ def test_the_comparison_sets_its_rows_beside_a_recorded_seed_spread(loops, tmp_p
     recipe = load_recipe("grpo.toml", ["grpo.eval_targets=3", 'grpo.seed_spread="spread.json"'])
     with RunDir("runs/grpo", resume=True) as run_dir:
         table = comparison.write_comparison(recipe, run_dir, "runs/sft/checkpoints/step_4", "runs/grpo/checkpoints/step_2")
-    assert "## Beside the recorded seed spread (`spread.json`)" in table and "SFT seed / GRPO seed: 0/0, 1/1; CPU: AVX2" in table
-    assert "| retrieval (trained): held-out | 0.333 | 0.500 ± 0.167 | 0.667 | 0.500 ± 0.167 | +33.3 points | +0.0 ± 33.3 (+33.3 / -33.3; p 1) |  |" in table
+    assert "## Beside the recorded seed spread (`spread.json`)" in table and "start seed / GRPO seed: 0/0, 1/1; CPU: AVX2" in table
+    assert "| retrieval (trained): held-out | 0.333 | 0.500 ± 0.236 | 0.667 | 0.500 ± 0.236 | +33.3 points | +0.0 ± 47.1 (+33.3 / -33.3; 0 vs 0, p 1) |  |" in table  # the same target gained, then lost: no target moved
+    assert "The recorded runs had another recipe (differs in: backend.use," in table  # this record names no recipe
     assert "Inside noise: `retrieval: held-out` (+0.0)." in table
     saved = json.loads((tmp_path / "runs/grpo/comparison.json").read_text())
     assert saved["start_label"] == "sft" and set(saved["machine"]) == {"cpu", "cpu_kind", "cores"}

@@ -14,7 +14,7 @@ from typing import Optional
 
 from emojikit.api.config import for_playing
 from emojikit.api.errors import ConfigError, EmojikitError
-from emojikit.evaluation.spread import comparison_columns, read_record, spread_markdown
+from emojikit.evaluation.spread import comparison_columns, spread_or_note
 from emojikit.support.cpu import describe_machine
 from emojikit.support.io import atomic_write_text
 
@@ -127,8 +127,10 @@ def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optio
     head = summary_markdown(results, paired=("grpo", start_label) if start_label else None)
     head += f"\nMeasured on {machine['cpu']} (`cpu_kind` {machine['cpu_kind']}, {machine['cores']} cores), seed {recipe.seed}.\n"
     if g.seed_spread is not None and start_label is not None:
-        head += "\n" + spread_markdown(read_record(g.seed_spread), g.seed_spread, results, run_dir.path)
+        head += "\n" + spread_or_note(g.seed_spread, results, run_dir.path)
     else:
+        if g.seed_spread is not None:
+            head += f"\nThe run started from base: `[grpo] seed_spread` ({g.seed_spread}) records GRPO against a trained start, not set beside it.\n"
         head += (f"\nOne run: a difference of a few points between {start_label or 'the start'} and grpo here is within what another seed "
                  "or CPU moves; `emojikit spread` records several runs' comparisons and `[grpo] seed_spread` prints them beside this one "
                  "(docs/experiments/rl-other-reader.md has the spread of this RL stage over seeds).\n")

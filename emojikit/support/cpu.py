@@ -62,4 +62,5 @@ def describe_machine() -> dict:
     """What a figure was measured on: the CPU model, its kind (the figures move with it) and cores."""
     import os
 
-    return {"cpu": cpu_model(), "cpu_kind": cpu_kind(), "cores": os.cpu_count()}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # the ones this process may use
+    return {"cpu": cpu_model(), "cpu_kind": cpu_kind(), "cores": cores}

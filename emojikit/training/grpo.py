@@ -127,8 +127,8 @@ class GRPOSettings(ConfigModel):
     )
     seed_spread: Optional[Path] = Field(
         None, description="A seed-spread file (`emojikit spread RUN...` gathers the comparisons of several runs of this recipe): the "
-        "comparison prints this run's SFT and GRPO rows beside the recorded runs' mean, spread between runs and pooled paired test, "
-        "and says which GRPO - SFT differences are outside noise."
+        "comparison prints this run's SFT and GRPO rows beside the recorded runs' mean, spread between runs and a sign test over the "
+        "targets, and says which GRPO - SFT differences are outside noise. \"\" (or unset): none."
     )
 
     @model_validator(mode="after")
@@ -147,6 +147,11 @@ class GRPOSettings(ConfigModel):
                 if wrong:
                     raise ValueError(f'states = "repair": {why}')
         return self
+
+    @field_validator("seed_spread", mode="before")
+    @classmethod
+    def _no_spread_when_empty(cls, value):
+        return None if value == "" else value  # --set grpo.seed_spread='""': a run that will be recorded, not compared
 
     @field_validator("seed_spread")
     @classmethod

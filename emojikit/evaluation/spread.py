@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import statistics
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
@@ -139,6 +138,8 @@ def code_commit(run_dir: Path) -> Optional[str]:
 
 def record(run_dirs: Sequence[Path]) -> dict:
     """The spread record of several runs of one GRPO recipe: per column, each run's per-target success."""
+    from emojikit.composition.recipe import read_toml
+
     run_dirs = [Path(d) for d in run_dirs]
     if len({d.resolve() for d in run_dirs}) != len(run_dirs) or len(run_dirs) < 2:
         raise ConfigError("spread: give at least two distinct run directories (the runs of one recipe, e.g. its seeds)")
@@ -158,8 +159,6 @@ def record(run_dirs: Sequence[Path]) -> dict:
             keys = differences(settings, mine) + [f"start: {k}" for k in differences(start_settings, start)]
             raise ConfigError(f"spread: {run_dir} is not a run of the recipe of {run_dirs[0]} (differs in: {', '.join(keys)}); "
                               "record runs that differ only in seed")
-        from emojikit.composition.recipe import read_toml
-
         runs.append({"run": str(run_dir), "seed": results.get("seed"), "start": results["senders"][label],
                      "start_seed": read_toml(start_file).get("seed"), "commit": code_commit(run_dir), "machine": results.get("machine", {})})
         for reader, where, entry in comparison_columns(results):
@@ -215,15 +214,6 @@ def read_record(path: Path) -> dict:
 # --- beside a run's comparison ----------------------------------------------------------------------
 
 
-def sign_test(gained: int, lost: int) -> float:
-    """Two-sided exact p of `gained` against `lost` targets under Binomial(n, 1/2) (McNemar's exact test
-    when each target is one pair)."""
-    n = gained + lost
-    if n == 0:
-        return 1.0
-    return min(1.0, 2 * sum(math.comb(n, k) for k in range(min(gained, lost) + 1)) / 2**n)
-
-
 def points(fraction: float) -> str:
     """A success difference in points, signed, one decimal (no "-0.0" from float rounding)."""
     return f"{round(100 * fraction, 1) + 0.0:+.1f}"
@@ -238,12 +228,14 @@ def recorded_gain(column: dict, first_turn: bool = False) -> dict:
     """GRPO - start over the recorded runs (on the first turn, or over the game): per run, their mean
     and std, the targets' sign test (each target's difference summed over the runs), and whether it
     is outside noise (every run the same sign and p < NOISE_P)."""
+    from emojikit.evaluation.repair import mcnemar_exact
+
     suffix = "_first_turn" if first_turn else ""
     start, grpo = [wins(t) for t in column["start" + suffix]], [wins(t) for t in column["grpo" + suffix]]
     per_run = [statistics.fmean(g) - statistics.fmean(s) for s, g in zip(start, grpo)]
     per_target = [sum(g[t] - s[t] for s, g in zip(start, grpo)) for t in range(len(start[0]))]
     gained, lost = sum(d > 0 for d in per_target), sum(d < 0 for d in per_target)
-    p = sign_test(gained, lost)
+    p = mcnemar_exact(gained, lost)  # the exact sign test over the targets that moved
     mean, std = mean_std(per_run)
     same_sign = all(d > 0 for d in per_run) or all(d < 0 for d in per_run)
     return {"per_run": per_run, "mean": mean, "std": std, "targets_gained": gained, "targets_lost": lost, "p": p,

@@ -357,6 +357,22 @@ def test_metrics_truncate_and_torn_tail(tmp_path):
         assert [r["step"] for r in run.read("metrics.jsonl")] == [1, 2, 3]
 
 
+def test_a_checkpoint_names_its_run_and_the_comparison_labels_the_start_by_its_kind(tmp_path):
+    from emojikit.evaluation.comparison import run_kind
+    from emojikit.stages.runs import run_of_checkpoint
+
+    with RunDir(tmp_path / "runs" / "sft", recipe_toml='kind = "sft"\n') as run:
+        with run.new_checkpoint(3) as tmp:
+            (tmp / "trainer_state.json").write_text("{}")
+    step = run.checkpoint_path(3)
+    assert run_of_checkpoint(step) == tmp_path / "runs" / "sft"
+    assert run_kind(str(step)) == "sft"
+    loose = tmp_path / "exported"  # a checkpoint outside a run's checkpoints/: no run, no label, no failure
+    loose.mkdir()
+    assert run_of_checkpoint(loose) is None and run_kind(str(loose)) is None
+    assert [run_of_checkpoint(r) for r in ("base", "teacher:lexicon", "tinker://run/weights/3")] == [None, None, None]
+
+
 def test_checkpoint_appears_only_when_complete(tmp_path):
     with RunDir(tmp_path / "run") as run:
         with run.new_checkpoint(2) as tmp:

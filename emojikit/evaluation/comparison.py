@@ -23,14 +23,11 @@ TEACHER = "lexicon"  # the offline teacher that made the SFT data: the reference
 
 
 def run_kind(checkpoint: str) -> Optional[str]:
-    """The recipe kind of the run a checkpoint belongs to (runs/x/checkpoints/step_N -> runs/x)."""
-    from emojikit.composition.recipe import read_toml
+    """The recipe kind of the run a checkpoint belongs to (None for a hand-made checkpoint: no label, no failure)."""
+    from emojikit.stages import runs
 
-    recipe = Path(checkpoint).parent.parent / "recipe.toml"
-    try:
-        return read_toml(recipe).get("kind") if recipe.is_file() else None
-    except Exception:  # a hand-made checkpoint directory: no label, no failure
-        return None
+    run = runs.run_of_checkpoint(checkpoint)
+    return runs.run_kind(run) if run is not None else None
 
 
 def senders(start: Optional[str], final: str) -> dict[str, str]:

@@ -101,7 +101,12 @@ def start_recipe_file(run_dir: Path, results: dict) -> tuple[Optional[Path], lis
     """The recipe.toml of the start checkpoint's run, and where it was looked for. A relative
     checkpoint path is relative to where the run ran: the project holding runs/NAME (tried first),
     or the working directory."""
-    recipe = Path(results["senders"][start_label(results)]).parent.parent / "recipe.toml"
+    from emojikit.stages.runs import run_of_checkpoint
+
+    start_run = run_of_checkpoint(results["senders"][start_label(results)])
+    if start_run is None:
+        return None, []
+    recipe = start_run / "recipe.toml"
     places = [recipe] if recipe.is_absolute() else [run_dir.parent.parent / recipe, recipe]
     return next((p for p in places if p.is_file()), None), places
 
@@ -149,6 +154,9 @@ def record(run_dirs: Sequence[Path]) -> dict:
         results = read_comparison(run_dir)
         label = start_label(results)
         start_file, places = start_recipe_file(run_dir, results)
+        if start_file is None and not places:
+            raise RunDirectoryError(f"{run_dir}: its start {results['senders'][label]} is not a checkpoint in a run directory "
+                                    "(runs/NAME/checkpoints/step_N), so its recipe cannot be compared")
         if start_file is None:
             raise RunDirectoryError(f"{run_dir}: the start's recipe.toml is not at {' or '.join(map(str, places))}: "
                                     "record runs whose start run directories are where they ran")

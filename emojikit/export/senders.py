@@ -94,7 +94,7 @@ def resolve(ref: str) -> Sender:
         return Sender(checkpoint=str(path), name=path.name, backend={"use": "local", "model": str(path)}, load=False)
     if is_checkpoint(path):
         checkpoint = path
-        parent = path.parent.parent if path.parent.name == "checkpoints" else None
+        parent = runs.run_of_checkpoint(path)
         run_dir = parent if parent is not None and (parent / "recipe.toml").is_file() else None
     else:
         latest = runs.latest_checkpoint(path)

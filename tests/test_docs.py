@@ -88,6 +88,23 @@ def test_every_shipped_recipe_is_documented():
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors of a markdown page's headings as the docs site's toc makes them: markup dropped,
+    lowercased, characters other than letters, digits, spaces and hyphens dropped, spaces to hyphens."""
+    import unicodedata
+
+    anchors, fenced = set(), False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if fenced or not (m := re.match(r"#{1,6}\s+(.*)", line)):
+            continue
+        title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", m.group(1))
+        title = unicodedata.normalize("NFKD", title.replace("`", "").replace("*", "")).encode("ascii", "ignore").decode("ascii")
+        anchors.add(re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", title).strip().lower()))
+    return anchors
+
+
 def test_readme_is_a_front_page_whose_links_resolve():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 250
@@ -95,6 +112,10 @@ def test_readme_is_a_front_page_whose_links_resolve():
     assert any(t.startswith("docs/") for t in local)
     broken = [t for t in local if t and not (REPO / t).exists()]
     assert not broken, f"README links to missing files: {broken}"
+    # an anchor names a heading of its page, as the docs site slugs it (the site's strict build checks its own pages' anchors)
+    anchored = [t.split("#", 1) for t in LINK.findall(text) if "://" not in t and "#" in t and t.split("#")[0].endswith(".md")]
+    missing = [f"{page}#{anchor}" for page, anchor in anchored if anchor not in heading_anchors(REPO / page)]
+    assert not missing, f"README links to headings that are not there: {missing}"
     # the test command the README gives is the one CI runs
     assert "bin/test" in text and re.search(r"^bin/test\s*$", (REPO / ".ci" / "run").read_text(encoding="utf-8"), re.M)
 

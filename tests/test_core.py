@@ -366,6 +366,7 @@ def test_a_checkpoint_names_its_run_and_the_comparison_labels_the_start_by_its_k
             (tmp / "trainer_state.json").write_text("{}")
     step = run.checkpoint_path(3)
     assert run_of_checkpoint(step) == tmp_path / "runs" / "sft"
+    assert run_of_checkpoint(tmp_path / "runs" / "sft") == tmp_path / "runs" / "sft"  # a run directory: its final checkpoint's run
     assert run_kind(str(step)) == "sft"
     loose = tmp_path / "exported"  # a checkpoint outside a run's checkpoints/: no run, no label, no failure
     loose.mkdir()

@@ -250,14 +250,17 @@ def is_checkpoint_dir(path: Path) -> bool:
 
 
 def run_of_checkpoint(checkpoint) -> Optional[Path]:
-    """The run directory a saved checkpoint belongs to (runs/x/checkpoints/step_N -> runs/x), where
-    its recipe.toml records how it was trained; None for "base", a teacher, a remote state or a
-    checkpoint that is not in a run's checkpoints/ (a hand-made or exported one)."""
+    """The run directory a saved checkpoint belongs to (runs/x/checkpoints/step_N -> runs/x; a run
+    directory stands for its final checkpoint, so runs/x -> runs/x), where its recipe.toml records
+    how it was trained; None for "base", a teacher, a remote state or a checkpoint that is not in a
+    run's checkpoints/ (a hand-made or exported one)."""
     ref = str(checkpoint)
     if ref in NOT_A_PATH or ref.startswith("teacher:") or "://" in ref:
         return None
     path = Path(ref)
-    return path.parent.parent if path.parent.name == "checkpoints" else None
+    if path.parent.name == "checkpoints":
+        return path.parent.parent
+    return path if is_run_dir(path) and not is_checkpoint_dir(path) else None
 
 
 def is_run_dir(path: Path) -> bool:

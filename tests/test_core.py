@@ -358,7 +358,7 @@ def test_metrics_truncate_and_torn_tail(tmp_path):
 
 
 def test_a_checkpoint_names_its_run_and_the_comparison_labels_the_start_by_its_kind(tmp_path):
-    from emojikit.evaluation.comparison import run_kind
+    from emojikit.evaluation.comparison import senders
     from emojikit.stages.runs import run_of_checkpoint
 
     with RunDir(tmp_path / "runs" / "sft", recipe_toml='kind = "sft"\n') as run:
@@ -367,10 +367,10 @@ def test_a_checkpoint_names_its_run_and_the_comparison_labels_the_start_by_its_k
     step = run.checkpoint_path(3)
     assert run_of_checkpoint(step) == tmp_path / "runs" / "sft"
     assert run_of_checkpoint(tmp_path / "runs" / "sft") == tmp_path / "runs" / "sft"  # a run directory: its final checkpoint's run
-    assert run_kind(str(step)) == "sft"
+    assert senders(str(step), "runs/grpo")["sft"] == str(step)
     loose = tmp_path / "exported"  # a checkpoint outside a run's checkpoints/: no run, no label, no failure
     loose.mkdir()
-    assert run_of_checkpoint(loose) is None and run_kind(str(loose)) is None
+    assert run_of_checkpoint(loose) is None and senders(str(loose), "runs/grpo")["start"] == str(loose)
     assert [run_of_checkpoint(r) for r in ("base", "teacher:lexicon", "tinker://run/weights/3")] == [None, None, None]
 
 

@@ -22,21 +22,15 @@ STEM = "comparison"
 TEACHER = "lexicon"  # the offline teacher that made the SFT data: the reference row
 
 
-def run_kind(checkpoint: str) -> Optional[str]:
-    """The recipe kind of the run a checkpoint belongs to (None for a hand-made checkpoint: no label, no failure)."""
-    from emojikit.stages import runs
-
-    run = runs.run_of_checkpoint(checkpoint)
-    return runs.run_kind(run) if run is not None else None
-
-
 def senders(start: Optional[str], final: str) -> dict[str, str]:
     """Row label -> what evaluate_checkpoints plays: base, the start, the final, the teacher."""
     from emojikit.play.teacher_sender import TEACHER_PREFIX
+    from emojikit.stages import runs
 
     rows = {"base": "base"}
     if start is not None:
-        rows[run_kind(start) or "start"] = start
+        start_run = runs.run_of_checkpoint(start)  # labelled by its run's kind; a hand-made checkpoint is "start"
+        rows[(runs.run_kind(start_run) if start_run else None) or "start"] = start
     rows["grpo"] = final
     rows[f"teacher ({TEACHER})"] = TEACHER_PREFIX + TEACHER  # the eval plays teachers as senders
     return rows

@@ -20,8 +20,7 @@ def sft_train_file(start: Optional[str]) -> Optional[Path]:
     from emojikit.stages.runs import run_of_checkpoint
 
     run = run_of_checkpoint(start) if start is not None else None
-    recipe_toml = run / "recipe.toml" if run is not None else None
-    if recipe_toml is None or not recipe_toml.is_file():
+    if run is None or not (recipe_toml := run / "recipe.toml").is_file():
         return None
     data = read_toml(recipe_toml)
     if data.get("kind") != "sft":

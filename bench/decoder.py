@@ -202,7 +202,7 @@ def load_model():
     """The SmolLM2 sender: the local backend's cached fp32 copy when that plugin is present,
     else dequantized from the bundled GGUF (slow: ~20 s)."""
     try:
-        from emojikit_local.loading import load_model_and_tokenizer
+        from emojikit.support.models import load_model_and_tokenizer
 
         model, tokenizer = load_model_and_tokenizer(SMOLLM2, device="cpu")
     except ImportError:

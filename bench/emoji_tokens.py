@@ -54,7 +54,7 @@ def train_side(side: str, train_chats, test_chats, args) -> dict:
     from emojikit.support.bundled import SMOLLM2
     from emojikit.training.sft import chat_datum
     from emojikit_local.config import LocalConfig
-    from emojikit_local.loading import load_model_and_tokenizer
+    from emojikit.support.models import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
 
     model, tokenizer = load_model_and_tokenizer(SMOLLM2)

@@ -5,7 +5,7 @@
     python bench/grpo_step.py --steps 2 --warmup 1 --prompts 2   # smoke run
     python bench/grpo_step.py --rounds 2           # emojikit, TRL, emojikit, TRL (pooled medians)
 
-Both sides: SmolLM2-135M-Instruct (the dequantized fp32 copy emojikit_local.loading caches),
+Both sides: SmolLM2-135M-Instruct (the dequantized fp32 copy emojikit.support.models caches),
 LoRA rank 16 / alpha 32 on every linear projection, `prompts` chat prompts x 4 completions per
 optimizer step, 32 new tokens at temperature 1, the same reward (`emoji_reward`: emoji count,
 minus stray characters), PPO-clipped loss without KL, AdamW, fp32, no decoder mask (TRL has
@@ -69,7 +69,7 @@ def run_emojikit(args) -> dict:
     from emojikit.training.grpo import group_advantages
     from emojikit.api.policy import AdamParams, Datum, SamplingParams
     from emojikit_local.config import LocalConfig
-    from emojikit_local.loading import load_model_and_tokenizer
+    from emojikit.support.models import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
 
     config = LocalConfig(lora_rank=LORA["r"], lora_alpha=LORA["lora_alpha"], lora_dropout=LORA["lora_dropout"], seed=0, **({"threads": args.threads} if args.threads else {}), **json.loads(args.emojikit_config))
@@ -112,7 +112,7 @@ def run_trl(args) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from emojikit.support.bundled import SMOLLM2
-    from emojikit_local.loading import clear_quantization_markers, load_model_and_tokenizer
+    from emojikit.support.models import clear_quantization_markers, load_model_and_tokenizer
 
     if args.threads:
         torch.set_num_threads(args.threads)

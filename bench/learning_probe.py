@@ -71,7 +71,7 @@ def run_trl(args) -> list[dict]:
     from emojikit.play.targets import split_targets
     from emojikit.training.sft import batch_indices
     from emojikit_local.config import LocalConfig
-    from emojikit_local.loading import clear_quantization_markers, load_model_and_tokenizer
+    from emojikit.support.models import clear_quantization_markers, load_model_and_tokenizer
     from emojikit_retrieval.probe import KeywordShareReward
 
     if args.threads:

@@ -43,7 +43,7 @@ def run(args) -> dict:
     from emojikit.support.bundled import SMOLLM2
     from emojikit.training.sft import batch_indices, chat_datum, length_grouped_batch_indices, load_chats
     from emojikit_local.config import LocalConfig
-    from emojikit_local.loading import load_model_and_tokenizer
+    from emojikit.support.models import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
 
     if args.threads:

@@ -37,7 +37,7 @@ def run(args) -> dict:
     from emojikit.support.bundled import SMOLLM2
     from emojikit_emoji_mask.decoder import EmojiMaskDecoder
     from emojikit_local.config import LocalConfig
-    from emojikit_local.loading import load_model_and_tokenizer
+    from emojikit.support.models import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
 
     torch.set_num_threads(args.threads)

@@ -48,7 +48,7 @@ def run(args) -> dict:
     from emojikit.api.policy import AdamParams
     from emojikit.training.sft import batch_indices, chat_datum, load_chats
     from emojikit_local.config import LocalConfig
-    from emojikit_local.loading import load_model_and_tokenizer
+    from emojikit.support.models import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
 
     if args.threads:

@@ -54,6 +54,7 @@ from emojikit.api.format import DEFAULT_FORMAT, EmojiFormat, format_of
 from emojikit.api.hookspecs import hookimpl
 from emojikit.api.policy import AdamParams, ChatMessages, Datum, LossOutput, Policy, Sample, SampleTotals, SamplingParams, TokenConstraint
 from emojikit.api.secrets import require_key
+from emojikit.support.models import load_model_and_tokenizer
 
 __version__ = "0.1.0"
 __all__ = [
@@ -65,6 +66,8 @@ __all__ = [
     "Sample", "SamplingParams", "Datum", "LossOutput", "AdamParams", "ChatMessages",
     # optional capabilities
     "CandidatePool", "TargetBelief", "RepairTeacher", "SuccessThreshold", "BindingReport", "SampleTotals", "StoredStep", "DEFAULT_SUCCESS_THRESHOLD",
+    # a language model, loaded offline-first (the bundled ones by `bundled:` name)
+    "load_model_and_tokenizer",
     # the emoji format
     "EmojiFormat", "DEFAULT_FORMAT", "format_of", "emojis",
     # errors a plugin raises

@@ -447,7 +447,7 @@ def test_smollm2_at_temperature_1_5_never_produces_invalid_answers(decoder):
     from emojikit_emoji_mask.processor import EmojiLogitsProcessor
 
     try:
-        from emojikit_local.loading import load_model_and_tokenizer
+        from emojikit.support.models import load_model_and_tokenizer
 
         model, tokenizer = load_model_and_tokenizer(SMOLLM2, device="cpu")
     except ImportError:

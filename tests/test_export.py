@@ -61,7 +61,7 @@ def one_thread():
 def make_checkpoint(root: Path, name: str = "sft", recipe: str = SFT_RECIPE) -> Path:
     """A finished one-step SFT run of the local backend under root/runs/<name>."""
     from emojikit_local.config import LocalConfig
-    from emojikit_local.loading import load_model_and_tokenizer
+    from emojikit.support.models import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
 
     model, tokenizer = load_model_and_tokenizer(SMOLLM2)
@@ -103,7 +103,7 @@ def adapter_on_bundled_base(adapter_dir: Path):
     """The checkpoint as emojikit trained it: the bundled base (float32) with the PEFT adapter."""
     from peft import PeftModel
 
-    from emojikit_local.loading import load_model
+    from emojikit.support.models import load_model
 
     return PeftModel.from_pretrained(load_model(SMOLLM2, device="cpu"), str(adapter_dir)).eval()
 
@@ -237,7 +237,7 @@ def test_adapter_export_names_a_loadable_base_and_loads_with_peft(workdir, adapt
     from peft import PeftModel
     from transformers import AutoTokenizer
 
-    from emojikit_local.loading import load_model
+    from emojikit.support.models import load_model
 
     config = json.loads((adapter / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"

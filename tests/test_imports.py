@@ -1,4 +1,5 @@
-"""The core's import graph: no cycles among emojikit modules and no import of a plugin package.
+"""The core's import graph: no cycles among emojikit modules and no import of a plugin package;
+no plugin imports another (what plugins share lives in the core, as a third party's would).
 
 Imports inside functions count too (hiding a cycle in a function is still a cycle), and so do
 imports under `if TYPE_CHECKING:`. The graph is read from the source (AST), nothing is imported.
@@ -53,6 +54,18 @@ def core_graph(root: Path = ROOT) -> tuple[dict[str, set[str]], list[tuple[str, 
     return graph, to_plugins
 
 
+def plugin_to_plugin_imports(root: Path = ROOT) -> list[tuple[str, str]]:
+    """[(plugin module, module of another plugin package it imports)]."""
+    plugin_packages = {p.name for p in (root / "plugins").iterdir() if (p / "__init__.py").exists()}
+    found = []
+    for package in sorted(plugin_packages):
+        for path in sorted((root / "plugins" / package).rglob("*.py")):
+            module = module_name(path, root / "plugins")
+            found += [(module, name) for name in sorted(imported_names(path, module))
+                      if name.split(".")[0] in plugin_packages - {package}]
+    return found
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -99,6 +112,13 @@ def test_the_core_never_imports_a_plugin():
     assert to_plugins == [], "core -> plugin imports: " + ", ".join(f"{a} -> {b}" for a, b in to_plugins)
 
 
+def test_no_plugin_imports_another_plugin():
+    """A plugin that needs another's code would fail when that one is blocked or not installed;
+    shared code (loading a model, reading emoji) belongs in the core, importable by third parties."""
+    found = plugin_to_plugin_imports()
+    assert found == [], "plugin -> plugin imports: " + ", ".join(f"{a} -> {b}" for a, b in found)
+
+
 def test_the_walk_sees_a_cycle_and_a_plugin_import(tmp_path):
     """The checks themselves: a cycle hidden in a function and a plugin import are both found."""
     core, plugin = tmp_path / "emojikit", tmp_path / "plugins" / "emojikit_fake"
@@ -111,6 +131,11 @@ def test_the_walk_sees_a_cycle_and_a_plugin_import(tmp_path):
     graph, to_plugins = core_graph(tmp_path)
     assert cycles(graph) == [["emojikit.a", "emojikit.b"]]
     assert ("emojikit.b", "emojikit_fake.thing") in to_plugins
+    other = tmp_path / "plugins" / "emojikit_other"
+    other.mkdir()
+    (other / "__init__.py").write_text("")
+    (other / "judge.py").write_text("def build():\n    from emojikit_fake import loading\n")
+    assert plugin_to_plugin_imports(tmp_path) == [("emojikit_other.judge", "emojikit_fake"), ("emojikit_other.judge", "emojikit_fake.loading")]
 
 
 def test_every_flat_module_path_of_the_old_layout_still_imports_as_the_moved_module():

@@ -16,7 +16,7 @@ from emojikit.api.errors import ConfigError, InputFileError, ModelUnavailableErr
 from emojikit.api.policy import AdamParams, Datum, Policy, SamplingParams
 from emojikit_local.config import LocalConfig
 from emojikit_local.head import decoder_of
-from emojikit_local.loading import load_model, load_model_and_tokenizer
+from emojikit.support.models import load_model, load_model_and_tokenizer
 from emojikit_local.plugin import check_model_available
 from emojikit_local.policy import LocalPolicy
 from emojikit_local.rows import split_rows

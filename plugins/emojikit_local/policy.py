@@ -131,7 +131,7 @@ def adopt_saved_lora_shape(model, adapter: str, saved: dict) -> dict[int, torch.
 
 class LocalPolicy:
     def __init__(self, model, tokenizer, config: LocalConfig, *, seed: int = 0):
-        """Wrap a loaded base model (see loading.load_model_and_tokenizer) with LoRA."""
+        """Wrap a loaded base model (see emojikit.support.models.load_model_and_tokenizer) with LoRA."""
         from peft import LoraConfig, PeftModel, get_peft_model
 
         keep_freed_memory()  # every step reuses its activations' memory instead of faulting it in again

@@ -32,7 +32,7 @@ from emojikit.api import emojis
 from emojikit.api.components import BuildContext, JudgeView
 from emojikit.play.guesses import clean_guess
 from emojikit.support.bundled import GEMMA3_270M
-from emojikit_retrieval.local_lm import DEFAULT_PROMPT, DEFAULT_SYSTEM, LocalLMConfig, LocalLMJudge, load
+from emojikit_retrieval.local_lm import DEFAULT_PROMPT, DEFAULT_SYSTEM, LocalLMConfig, LocalLMJudge
 from emojikit_retrieval.retrieval import RetrievalConfig, RetrievalJudge, draw_distractors, encoder
 from emojikit_retrieval.retrieval import preflight as retrieval_preflight
 
@@ -128,9 +128,10 @@ def preflight(cfg: LMReaderConfig, ctx: BuildContext) -> None:
 
 
 def build(cfg: LMReaderConfig, ctx: BuildContext) -> LMReaderJudge:
+    from emojikit.support.models import load_model_and_tokenizer
+
     lm_cfg = LocalLMConfig(model=cfg.model, show=cfg.show, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
                            system_prompt=cfg.system_prompt, prompt=cfg.prompt)
-    lm, tokenizer = load(cfg.model)
-    lm.eval()
+    lm, tokenizer = load_model_and_tokenizer(cfg.model)
     return LMReaderJudge(LocalLMJudge(lm_cfg, lm, tokenizer), draw_distractors(cfg, ctx), read=cfg.read, later_turn_weight=cfg.later_turn_weight,
                          minilm=encoder(cfg.encoder_dtype), belief_temperature=cfg.belief_temperature, repeat_guesses=cfg.repeat_guesses)

@@ -143,25 +143,8 @@ class LocalLMJudge:
         return decoded if self.is_chat_model else [d.strip().split("\n")[0] for d in decoded]
 
 
-def load(model: str):
-    """(model, tokenizer): through the local backend's loader when installed, else transformers."""
-    try:
-        from emojikit_local.loading import load_model_and_tokenizer  # type: ignore
-    except ImportError:  # the local backend plugin is not installed
-        load_model_and_tokenizer = None
-    if load_model_and_tokenizer is not None:
-        return load_model_and_tokenizer(model)
-    from transformers import AutoModelForCausalLM
-
-    from emojikit.support.bundled import load_tokenizer, quiet_transformers, resolve_model
-
-    quiet_transformers()
-    path, kwargs = resolve_model(model)
-    lm = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    return lm.eval(), load_tokenizer(model)
-
-
 def build(cfg: LocalLMConfig, ctx: BuildContext) -> LocalLMJudge:
-    lm, tokenizer = load(cfg.model)
-    lm.eval()
+    from emojikit.support.models import load_model_and_tokenizer
+
+    lm, tokenizer = load_model_and_tokenizer(cfg.model)
     return LocalLMJudge(cfg, lm, tokenizer)

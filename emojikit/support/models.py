@@ -3,7 +3,8 @@
 The bundled models ship as GGUF files; transformers dequantizes them on every load (SmolLM2
 ~20 s, Gemma 3 270M ~60 s), so the fp32 weights are saved once to the emojikit cache and later
 loads read those (~1-2 s).
-Other plugins (the local-LM judge, the benchmarks) load models through here too.
+The local backend, the local-LM judge and the benchmarks load models through here; a plugin
+that needs a model does too (`from emojikit.support.models import load_model_and_tokenizer`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Everything a plugin needs is importable from here (docs/plugins.md is the contra
 
 The core is grouped by domain (docs/design.md): api/ (the plugin contract), composition/
 (registry, assembly, recipes), play/ (the game), training/ (data, SFT, GRPO), evaluation/,
-stages/ (run directories, chains), support/ (bundled models, I/O, retry), ui/ (CLI, web).
+stages/ (run directories, chains), support/ (bundled models and their loading, I/O, retry), ui/ (CLI, web).
 The flat module paths of earlier releases (`emojikit.components`, `emojikit.game`, ...) still
 import: emojikit/_moved.py maps them to their new homes.
 """

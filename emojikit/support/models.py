@@ -4,7 +4,7 @@ The bundled models ship as GGUF files; transformers dequantizes them on every lo
 ~20 s, Gemma 3 270M ~60 s), so the fp32 weights are saved once to the emojikit cache and later
 loads read those (~1-2 s).
 The local backend, the local-LM judge and the benchmarks load models through here; a plugin
-that needs a model does too (`from emojikit.support.models import load_model_and_tokenizer`).
+that needs a model does too, as `emojikit.load_model_and_tokenizer` (docs/plugins.md).
 """
 
 from __future__ import annotations

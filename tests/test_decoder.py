@@ -446,21 +446,11 @@ def test_smollm2_at_temperature_1_5_never_produces_invalid_answers(decoder):
 
     from emojikit_emoji_mask.processor import EmojiLogitsProcessor
 
-    try:
-        from emojikit.support.models import load_model_and_tokenizer
+    from emojikit.support.models import load_model_and_tokenizer
 
-        model, tokenizer = load_model_and_tokenizer(SMOLLM2, device="cpu")
-    except ImportError:
-        from transformers import AutoModelForCausalLM
-
-        from emojikit.support.bundled import smollm2_gguf
-
-        directory, filename = smollm2_gguf()
-        model, tokenizer = AutoModelForCausalLM.from_pretrained(str(directory), gguf_file=filename).eval(), load_tokenizer(SMOLLM2)
+    model, tokenizer = load_model_and_tokenizer(SMOLLM2, device="cpu")  # a pad token included
     constraint = decoder.bind(tokenizer)
     tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     prompts = ["I just got the job!", "My cat knocked over the plant again.", "Let's get pizza tonight.", "The exam was brutal."] * 4
     chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True) for p in prompts]
     batch = tokenizer(chats, return_tensors="pt", padding=True, add_special_tokens=False)

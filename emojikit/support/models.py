@@ -131,8 +131,8 @@ def decoder_layer_count(model: str) -> Optional[int]:
         return None
 
 
-def load_tokenizer(model: str):
-    """The model's tokenizer, with a pad token (the EOS token when it has none)."""
+def _padded_tokenizer(model: str):
+    """bundled.load_tokenizer's tokenizer, with a pad token (the EOS token when it has none)."""
     try:
         tokenizer = bundled.load_tokenizer(model)
     except (OSError, ValueError) as exc:
@@ -145,5 +145,5 @@ def load_tokenizer(model: str):
 def load_model_and_tokenizer(model: str, dtype: str = "float32", device: str = "auto") -> tuple[Any, Any]:
     """(model, tokenizer) for a model reference: `bundled:smollm2-135m-instruct`, a local path,
     or a Hugging Face id (from the local cache only when HF_HUB_OFFLINE is set)."""
-    tokenizer = load_tokenizer(model)  # first: it fails fastest when the model is missing
+    tokenizer = _padded_tokenizer(model)  # first: it fails fastest when the model is missing
     return load_model(model, dtype=dtype, device=device), tokenizer

@@ -151,6 +151,17 @@ def test_inspect_errors_are_one_line(tmp_path, run_dir):
     assert_one_line_error(invoke("inspect", run_dir), "episodes.jsonl:2: target")
 
 
+def test_a_missing_run_says_how_it_comes_to_be(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_one_line_error(invoke("report", "runs/grpo"), "runs/grpo: no such run directory (`emojikit run RECIPE` makes one)")
+    (tmp_path / "runs" / "sft").mkdir(parents=True)
+    (tmp_path / "runs" / "sft" / "recipe.toml").write_text('kind = "sft"\n')
+    assert_one_line_error(invoke("report", "runs/grpo"), "runs/grpo: no such run directory (run directories in runs: sft)")
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "grpo.toml").write_text('kind = "grpo"\n')
+    assert_one_line_error(invoke("report", "runs/grpo"), "runs/grpo: no such run directory (make it with: emojikit run recipes/grpo.toml)")
+
+
 # --- report -------------------------------------------------------------------------------------
 
 

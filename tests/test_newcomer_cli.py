@@ -305,6 +305,16 @@ def test_a_data_run_as_checkpoint_is_named_as_one(command, tmp_path, monkeypatch
     assert "without a checkpoint (no checkpoints/step_N yet)" not in line  # it will never have one
 
 
+def test_an_eval_run_as_checkpoint_reads_an_eval_run(tmp_path):
+    from emojikit.stages.runs import not_a_sender_run
+
+    run = tmp_path / "runs" / "eval"
+    run.mkdir(parents=True)
+    (run / "recipe.toml").write_text('kind = "eval"\nname = "eval"\n', encoding="utf-8")
+    (run / "stage.json").write_text(json.dumps({"fingerprint": "0" * 64, "status": "finished", "kind": "eval"}), encoding="utf-8")
+    assert f"{run}: an eval run directory, not a training run" in not_a_sender_run(str(run))
+
+
 def test_own_train_file_missing_is_not_told_to_run_the_data_recipe(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     line = one_line_error(invoke("validate", RECIPES / "sft.toml", "--set", f'sft.train_file="{tmp_path}/mine.jsonl"',
@@ -341,6 +351,33 @@ def test_a_key_without_its_table_names_the_tables_that_have_it():
 def test_a_wrong_type_is_one_plain_line(setting, message):
     line = one_line_error(invoke("validate", RECIPES / "grpo.toml", "--set", setting), f"grpo.toml: {message}")
     assert "Input should" not in line and "unable to parse" not in line
+
+
+@pytest.mark.parametrize("args, message", [
+    (["validate", RECIPES / "grpo.toml", "--set", "grpo.steps=ten"], "[grpo] steps: expected an integer, got 'ten' (from --set grpo.steps=ten)"),
+    (["validate", RECIPES / "grpo.toml", "--set", "seed=x"], "seed: expected an integer, got 'x' (from --set seed=x)"),
+    (["eval", "--recipe", RECIPES / "eval.toml", "--checkpoint", "runs/nowhere"],
+     "[eval] checkpoints: runs/nowhere is not a checkpoint directory (no such folder); give a checkpoint or run directory, base or teacher:NAME (from --checkpoint)"),
+    (["eval", "--recipe", RECIPES / "eval.toml", "--targets", "missing.jsonl", "--checkpoint", "base"], "[eval] targets_file: file not found: missing.jsonl (from --targets)"),
+    (["eval", "--recipe", RECIPES / "eval.toml", "--judge", "nope", "--checkpoint", "base"], "[judge] use: no judge named 'nope'; installed: "),
+    (["play", "--message", "hi", "--checkpoint", "base", "--judge", "keywords", "--set", "judge.pool_sizee=3"],
+     "[judge] pool_sizee: unknown key (did you mean 'pool_file'?) (from --set judge.pool_sizee=3)"),
+    (["chat", "--checkpoint", "base", "--set", "decoder.max_emoji=x"], "[decoder] max_emoji: expected an integer, got 'x' (from --set decoder.max_emoji=x)"),
+])
+def test_an_error_about_a_value_a_flag_set_names_the_flag(args, message, tmp_path, monkeypatch):
+    # The recipe file is named first (where the rest came from), the flag the user typed last.
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(invoke(*args, input="hi\n"), message)
+    if "'nope'" in message:
+        assert line.endswith("(from --judge nope)")
+
+
+def test_a_recipe_value_is_not_blamed_on_a_flag_and_a_secret_set_is_not_echoed(tmp_path, monkeypatch):
+    recipe = tmp_path / "bad.toml"
+    recipe.write_text((RECIPES / "eval.toml").read_text(encoding="utf-8").replace("[eval]", "[eval]\nbogus = 1", 1), encoding="utf-8")
+    line = one_line_error(invoke("validate", recipe, "--set", "judge.api_key=sk-ant-secret123", "--set", "judge.use=claude"),
+                          "[eval] bogus: unknown key", "[judge] api_key: unknown key (from --set judge.api_key=<redacted>)")
+    assert "[eval] bogus: unknown key (from" not in line and "sk-ant-secret123" not in line
 
 
 def test_a_table_of_another_kind_of_recipe_points_where_it_goes(monkeypatch):

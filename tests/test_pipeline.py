@@ -371,6 +371,7 @@ def test_the_comparison_sets_its_rows_beside_a_recorded_seed_spread(loops, tmp_p
     saved = json.loads((tmp_path / "runs/grpo/comparison.json").read_text())
     assert saved["start_label"] == "sft" and set(saved["machine"]) == {"cpu", "cpu_kind", "cores"}
     assert f"Measured on {saved['machine']['cpu']}" in table
+    assert "3 held-out targets: a check that the chain runs, not a measurement (one target moves a row by 33 points)." in table
 
 
 def test_the_comparison_plays_every_row_of_compare_files_without_base(loops, tmp_path, monkeypatch):

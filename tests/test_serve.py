@@ -223,6 +223,11 @@ def test_checkpoint_ids_are_short_and_unique():
     assert ids == ["base", "sft-step_250", "grpo-step_20", "sft-step_250-2"]
 
 
+def test_a_run_directory_is_named_by_its_run(tmp_path):
+    (tmp_path / "runs" / "smoke" / "checkpoints").mkdir(parents=True)
+    assert [c.id for c in checkpoint_ids([str(tmp_path / "runs" / "smoke"), "base"])] == ["smoke", "base"]
+
+
 # --- the worker: off the request path, batched ---------------------------------------------------
 
 

@@ -388,6 +388,55 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+def flag_sources(
+    overrides: Sequence[str] = (),
+    choices: Optional[Mapping[str, Optional[str]]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
+    flags: Optional[Mapping[str, str]] = None,
+) -> dict[str, str]:
+    """The command-line flag behind each `table.key` it set (resolve_data's inputs), so that an
+    error about that value names what the user typed, not only a recipe file they did not
+    edit. `flags` names the flag of each `settings` key ("eval.checkpoints": "--checkpoint")."""
+    sources: dict[str, str] = {}
+    for table, name in (choices or {}).items():
+        if name:
+            sources[table] = f"--{table} {name}"  # the whole table is the flag's
+    for text in overrides:
+        keys, value = parse_override(text)
+        key = ".".join(keys)
+        secret = isinstance(value, str) and any(m in key.lower() for m in SECRET_MARKERS)  # as redact() judges it
+        shown = f"{key}=<redacted>" if secret else redact_text(text) if len(text) <= 48 else f"{key}=..."  # a long table value: its key says enough
+        sources[key] = f"--set {shown}"
+
+    def walk(node: Mapping[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, Mapping):
+                walk(value, f"{prefix}{key}.")
+            else:
+                sources[f"{prefix}{key}"] = (flags or {}).get(f"{prefix}{key}", "a command-line flag")
+
+    walk(settings or {}, "")
+    return sources
+
+
+ERROR_KEY = re.compile(r"^\[([^\]]+)\] ([\w.-]+):|^([\w-]+):")
+
+
+def name_flags(lines: Sequence[str], sources: Mapping[str, str]) -> list[str]:
+    """Each error line about a value a flag set, with "(from FLAG)": `[eval] checkpoints: ...
+    (from --checkpoint)`. The most specific key wins (a --set inside a --judge's table)."""
+    out = []
+    for line in (piece for joined in lines for piece in re.split(r"; (?=\[)", joined)):  # a component's lines come joined
+        match = ERROR_KEY.match(line)
+        if match is None or not sources:
+            out.append(line)
+            continue
+        parts = (f"{match[1]}.{match[2]}" if match[1] else match[3]).split(".")
+        source = next((sources[k] for i in range(len(parts), 0, -1) if (k := ".".join(parts[:i])) in sources), None)
+        out.append(f"{line} (from {source})" if source else line)
+    return out
+
+
 def merge_settings(data: dict, updates: Mapping[str, Any]) -> dict:
     """Settings from CLI flags (nested dicts, never TOML text) merged into a copy of `data`:
     a dict updates a table key by key, anything else replaces the value."""
@@ -440,11 +489,13 @@ def load_recipe(
     choices: Optional[Mapping[str, Optional[str]]] = None,
     settings: Optional[Mapping[str, Any]] = None,
     trackers: Sequence[str] = (),
+    flags: Optional[Mapping[str, str]] = None,
 ) -> Recipe:
     """Load and validate a recipe; raises ConfigError listing every problem on one line.
 
     `overrides` are `--set table.key=value` texts; `choices` and `settings` come from CLI
-    flags (see resolve_data for the order); `trackers` (--tracker) join [tracking] use."""
+    flags (see resolve_data for the order), `flags` names the flag of each settings key for
+    the errors (flag_sources); `trackers` (--tracker) join [tracking] use."""
     path = Path(path)
     registry = registry or get_registry()
     raw, missing = resolve_recipe_paths(read_toml(path), path, registry)  # the file's relative paths (project_root)
@@ -512,15 +563,16 @@ def load_recipe(
 
     trackers = choose_trackers(data.get(TRACKING_TABLE), registry, errors)
 
+    sources = flag_sources(overrides or [], choices, settings, flags)
     if errors:
-        raise ConfigError(f"{path}: " + "; ".join(_explain_missing(errors, missing, data)))
+        raise ConfigError(f"{path}: " + "; ".join(name_flags(_explain_missing(errors, missing, data), sources)))
 
     recipe = Recipe(path, kind, name, seed, Path(out), components, loop_settings, data, overrides=list(overrides or []), registry=registry, trackers=trackers,
                     missing_paths=missing)
     # Preflight: declared API keys, files. Still before any model load or network call.
     errors = preflight_errors([*components.values(), *trackers], recipe.context())
     if errors:
-        raise ConfigError(f"{path}: " + "; ".join(_explain_missing(errors, missing, data)))
+        raise ConfigError(f"{path}: " + "; ".join(name_flags(_explain_missing(errors, missing, data), sources)))
     return recipe
 
 

@@ -369,7 +369,8 @@ def not_a_sender_run(ref: str) -> Optional[str]:
         return None
     holds = RUN_HOLDS.get(kind, "no checkpoints")
     kinds = ", ".join(CHECKPOINT_RUN_KINDS[:-1]) + " and " + CHECKPOINT_RUN_KINDS[-1]
-    return f"{ref}: a {kind} run directory, not a training run: it holds {holds}, no checkpoint; checkpoints come from {kinds} runs, e.g. runs/sft or runs/grpo"
+    article = "an" if kind in ("eval", "sft", "rft") else "a"  # as read: eval, es-ef-tee
+    return f"{ref}: {article} {kind} run directory, not a training run: it holds {holds}, no checkpoint; checkpoints come from {kinds} runs, e.g. runs/sft or runs/grpo"
 
 
 def sender_checkpoint(ref: str, flag: str = "--checkpoint", others: str = 'or "base"') -> str:

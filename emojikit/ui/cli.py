@@ -336,12 +336,13 @@ def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judges, overri
     settings: dict = {"eval": {key: value for key, value in chosen.items() if value}} if any(chosen.values()) else {}
     if out:
         settings["out"] = str(out)
-    recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judges[0] if judges else None}, settings=settings)
+    flags = {"eval.checkpoints": "--checkpoint", "eval.targets_file": "--targets", "eval.n_targets": "-n", "out": "--out"}
+    recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judges[0] if judges else None}, settings=settings, flags=flags)
     if len(judges) > 1 and recipe.kind != "eval":
         raise ConfigError(f"{recipe_path}: several --judge need an eval recipe (kind = \"eval\"), not kind = {recipe.kind!r}")
     # Several readers: one report directory each under OUT, every recipe checked before any plays.
     recipes = [recipe] if len(judges) < 2 else [
-        load_recipe(recipe_path, list(overrides), choices={"judge": judge}, settings={**settings, "out": str(recipe.out / judge)}) for judge in judges]
+        load_recipe(recipe_path, list(overrides), choices={"judge": judge}, settings={**settings, "out": str(recipe.out / judge)}, flags=flags) for judge in judges]
     from emojikit.composition.recipe import check_ready
     from emojikit.evaluation.evaluate import LoadedSenders, readers_markdown
     from emojikit.stages.tracking import tracked

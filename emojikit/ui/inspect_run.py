@@ -30,11 +30,22 @@ PLOTS = [
 EVAL_OVERLAY = {"similarity": "similarity", "success_rate": "success_rate", "mean_turns": "mean_turns"}
 
 
+def missing_run_hint(path: Path) -> str:
+    """How a missing run directory comes to be: the recipe of that name, else the runs beside it."""
+    recipe = Path("recipes") / f"{path.name}.toml"
+    if recipe.is_file():
+        return f" (make it with: emojikit run {recipe})"
+    beside = sorted(p.name for p in path.parent.glob("*") if p.is_dir() and any((p / m).exists() for m in RUN_MARKERS)) if path.parent.is_dir() else []
+    if beside:
+        return f" (run directories in {path.parent}: {', '.join(beside[:8])}{', ...' if len(beside) > 8 else ''})"
+    return " (`emojikit run RECIPE` makes one)"
+
+
 def run_path(path: Path | str) -> Path:
     """The run directory, or a one-line error when `path` is not one."""
     path = Path(path)
     if not path.exists():
-        raise RunDirectoryError(f"{path}: no such run directory")
+        raise RunDirectoryError(f"{path}: no such run directory{missing_run_hint(path)}")
     if not path.is_dir():
         raise RunDirectoryError(f"{path}: not a directory (expected a run directory such as runs/grpo)")
     if not any((path / name).exists() for name in RUN_MARKERS):

@@ -22,7 +22,7 @@ from emojikit.api.errors import ConfigError, EmojikitError, InputFileError
 from emojikit.api.format import format_of
 from emojikit.play.game import GameSettings, play, sender_prompt
 from emojikit.api.policy import ChatMessages, SamplingParams
-from emojikit.composition.recipe import choose_table, read_toml, resolve_data, resolve_recipe_paths, validation_lines
+from emojikit.composition.recipe import choose_table, flag_sources, name_flags, read_toml, resolve_data, resolve_recipe_paths, validation_lines
 from emojikit.composition.registry import Registry
 
 # The component each table gets when neither the recipe nor a flag names one.
@@ -42,6 +42,10 @@ class Parts:
 
     def __getitem__(self, table: str) -> Any:
         return self.components[table]
+
+
+# The flag behind each setting run_chat and run_human_play pass to build_parts, for its errors.
+PLAY_FLAGS = {"decoder.max_emoji": "--max-emoji", "decoder.min_emoji": "--max-emoji", "game.max_turns": "--max-turns"}
 
 
 def build_parts(
@@ -95,13 +99,14 @@ def build_parts(
     except ValidationError as exc:
         errors.extend(validation_lines("game", GameSettings, exc))
         game = GameSettings()
+    sources = flag_sources(overrides, choices, settings, PLAY_FLAGS)
     if errors:
-        raise ConfigError(where + "; ".join(errors))
+        raise ConfigError(where + "; ".join(name_flags(errors, sources)))
     if "backend" in picked:  # it plays (a checkpoint, with its own adapter): the recipe's training placement does not apply
         picked["backend"] = dataclasses.replace(picked["backend"], config=for_playing(picked["backend"].config))
     errors = preflight_errors(picked.values(), ctx)
     if errors:
-        raise ConfigError(where + "; ".join(errors))
+        raise ConfigError(where + "; ".join(name_flags(errors, sources)))
     return Parts({table: construct(choice, ctx) for table, choice in picked.items()}, game, picked)
 
 

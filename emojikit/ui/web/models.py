@@ -26,13 +26,16 @@ class Checkpoint:
 
 
 def checkpoint_ids(refs: Sequence[str]) -> list[Checkpoint]:
-    """Short unique ids: "base", or "<run>-<step dir>" (e.g. sft-step_250)."""
+    """Short unique ids: "base", "<run>-<step dir>" for a checkpoint (e.g. sft-step_250), or
+    the run's name for a run directory (its final checkpoint: runs/grpo is "grpo")."""
     out: list[Checkpoint] = []
     seen: set[str] = set()
     for ref in refs:
         path = Path(ref)
         if ref == "base":
             stem = "base"
+        elif (path / "checkpoints").is_dir():
+            stem = path.name
         else:
             run = path.parent.parent.name if path.parent.name == "checkpoints" else path.parent.name
             stem = "-".join(p for p in (run, path.name) if p)

@@ -153,7 +153,7 @@ def test_inspect_errors_are_one_line(tmp_path, run_dir):
 
 def test_a_missing_run_says_how_it_comes_to_be(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert_one_line_error(invoke("report", "runs/grpo"), "runs/grpo: no such run directory (`emojikit run RECIPE` makes one)")
+    assert_one_line_error(invoke("report", "runs/grpo"), "runs/grpo: no such run directory (make one with: emojikit run RECIPE)")
     (tmp_path / "runs" / "sft").mkdir(parents=True)
     (tmp_path / "runs" / "sft" / "recipe.toml").write_text('kind = "sft"\n')
     assert_one_line_error(invoke("report", "runs/grpo"), "runs/grpo: no such run directory (run directories in runs: sft)")

@@ -261,7 +261,8 @@ def test_the_smoke_recipe_is_a_chain_of_smoke_recipes_that_say_so():
 
     stages = plan(RECIPES / "smoke.toml")
     assert [(s.kind, s.path.name) for s in stages] == [("data", "smoke-data.toml"), ("sft", "smoke-sft.toml"), ("grpo", "smoke.toml")]
-    assert all("runs/smoke" in line for line in describe(stages))
+    lines = describe(stages)
+    assert all("runs/smoke" in line for line in lines[:3]) and lines[3].startswith("on ") and len(lines) == 4  # the stages, then the machine
     for stage in stages:
         assert stage.path.read_text(encoding="utf-8").startswith("# SMOKE RUN, NOT A RESULT")
     assert recipe_table("smoke.toml", "grpo")["compare"] is True

@@ -354,15 +354,15 @@ def test_a_wrong_type_is_one_plain_line(setting, message):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["validate", RECIPES / "grpo.toml", "--set", "grpo.steps=ten"], "[grpo] steps: expected an integer, got 'ten' (from --set grpo.steps=ten)"),
-    (["validate", RECIPES / "grpo.toml", "--set", "seed=x"], "seed: expected an integer, got 'x' (from --set seed=x)"),
+    (["validate", RECIPES / "grpo.toml", "--set", "grpo.steps=ten"], "[grpo] steps: expected an integer, got 'ten' (from --set grpo.steps)"),
+    (["validate", RECIPES / "grpo.toml", "--set", "seed=x"], "seed: expected an integer, got 'x' (from --set seed)"),
     (["eval", "--recipe", RECIPES / "eval.toml", "--checkpoint", "runs/nowhere"],
      "[eval] checkpoints: runs/nowhere is not a checkpoint directory (no such folder); give a checkpoint or run directory, base or teacher:NAME (from --checkpoint)"),
     (["eval", "--recipe", RECIPES / "eval.toml", "--targets", "missing.jsonl", "--checkpoint", "base"], "[eval] targets_file: file not found: missing.jsonl (from --targets)"),
     (["eval", "--recipe", RECIPES / "eval.toml", "--judge", "nope", "--checkpoint", "base"], "[judge] use: no judge named 'nope'; installed: "),
     (["play", "--message", "hi", "--checkpoint", "base", "--judge", "keywords", "--set", "judge.pool_sizee=3"],
-     "[judge] pool_sizee: unknown key (did you mean 'pool_file'?) (from --set judge.pool_sizee=3)"),
-    (["chat", "--checkpoint", "base", "--set", "decoder.max_emoji=x"], "[decoder] max_emoji: expected an integer, got 'x' (from --set decoder.max_emoji=x)"),
+     "[judge] pool_sizee: unknown key (did you mean 'pool_file'?) (from --set judge.pool_sizee)"),
+    (["chat", "--checkpoint", "base", "--set", "decoder.max_emoji=x"], "[decoder] max_emoji: expected an integer, got 'x' (from --set decoder.max_emoji)"),
 ])
 def test_an_error_about_a_value_a_flag_set_names_the_flag(args, message, tmp_path, monkeypatch):
     # The recipe file is named first (where the rest came from), the flag the user typed last.
@@ -372,11 +372,34 @@ def test_an_error_about_a_value_a_flag_set_names_the_flag(args, message, tmp_pat
         assert line.endswith("(from --judge nope)")
 
 
+def test_name_flags_reads_every_shape_of_an_error_line():
+    from emojikit.composition.recipe import flag_sources, name_flags
+
+    sources = flag_sources(["sft.steps=3", "prompts={ use = 'mix' }", "kind=x"], {"judge": "claude"}, {"eval": {"checkpoints": ["a"]}},
+                           {"eval.checkpoints": "--checkpoint"})
+    lines = ["[sft]: not used by an eval recipe", "[prompts.sources[0]] splitt: unknown key", "[judge] the claude judge needs an API key",
+             "kind: 'x' is not a recipe kind", "[eval] checkpoints: a is not a checkpoint directory", "[grpo] steps: expected an integer",
+             "[eval] temperature: too high; [judge] api_key: unknown key"]
+    assert name_flags(lines, sources) == [
+        "[sft]: not used by an eval recipe (from --set sft.steps)", "[prompts.sources[0]] splitt: unknown key (from --set prompts)",
+        "[judge] the claude judge needs an API key (from --judge claude)", "kind: 'x' is not a recipe kind (from --set kind)",
+        "[eval] checkpoints: a is not a checkpoint directory (from --checkpoint)", "[grpo] steps: expected an integer",
+        "[eval] temperature: too high", "[judge] api_key: unknown key (from --judge claude)"]
+
+
+def test_an_override_the_command_adds_is_not_blamed_on_the_user():
+    # `run` points a stage at its upstream's output with --set values of its own (`typed` are the user's).
+    with pytest.raises(ConfigError) as caught:
+        load_recipe(RECIPES / "sft.toml", ["sft.steps=ten", "sft.epochs=x"], typed=["sft.steps=ten"])
+    assert "[sft] steps: expected an integer, got 'ten' (from --set sft.steps)" in str(caught.value)
+    assert "[sft] epochs: expected an integer, got 'x'" in str(caught.value) and "(from --set sft.epochs)" not in str(caught.value)
+
+
 def test_a_recipe_value_is_not_blamed_on_a_flag_and_a_secret_set_is_not_echoed(tmp_path, monkeypatch):
     recipe = tmp_path / "bad.toml"
     recipe.write_text((RECIPES / "eval.toml").read_text(encoding="utf-8").replace("[eval]", "[eval]\nbogus = 1", 1), encoding="utf-8")
-    line = one_line_error(invoke("validate", recipe, "--set", "judge.api_key=sk-ant-secret123", "--set", "judge.use=claude"),
-                          "[eval] bogus: unknown key", "[judge] api_key: unknown key (from --set judge.api_key=<redacted>)")
+    line = one_line_error(invoke("validate", recipe, "--set", "judge.api_key=sk-ant-secret123", "--set", "judge.api-key=sk-ant-secret123", "--set", "judge.use=claude"),
+                          "[eval] bogus: unknown key", "[judge] api_key: unknown key (from --set judge.api_key)")
     assert "[eval] bogus: unknown key (from" not in line and "sk-ant-secret123" not in line
 
 

@@ -255,11 +255,14 @@ def test_dry_run_prints_the_plan_and_changes_nothing(loops, tmp_path):
     before = snapshot(tmp_path)
     result = CliRunner().invoke(cli, ["run", "grpo.toml", "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines() == [
-        "stage 1/3: data (data.toml) run runs/data: no run yet",
-        "stage 2/3: sft (sft.toml) run runs/sft: no run yet",
-        "stage 3/3: grpo (grpo.toml) run runs/grpo: no run yet",
+    lines = result.output.splitlines()
+    assert lines[:3] == [  # each stage's size: what its minutes scale with
+        "stage 1/3: data (data.toml) run runs/data: no run yet (20 messages to the teacher)",
+        "stage 2/3: sft (sft.toml) run runs/sft: no run yet (4 steps of 16 chats)",
+        "stage 3/3: grpo (grpo.toml) run runs/grpo: no run yet (2 steps of 16 targets x 4 episodes)",
     ]
+    # and the machine they depend on
+    assert lines[3].startswith("on ") and "`cpu_kind` " in lines[3] and lines[3].endswith("docs/experiments/main-job.md") and len(lines) == 4
     assert loops.calls == [] and snapshot(tmp_path) == before and not Path("runs").exists()
 
 
@@ -371,7 +374,7 @@ def test_the_comparison_sets_its_rows_beside_a_recorded_seed_spread(loops, tmp_p
     saved = json.loads((tmp_path / "runs/grpo/comparison.json").read_text())
     assert saved["start_label"] == "sft" and set(saved["machine"]) == {"cpu", "cpu_kind", "cores"}
     assert f"Measured on {saved['machine']['cpu']}" in table
-    assert "3 held-out targets: a check that the chain runs, not a measurement (one target moves a row by 33 points)." in table
+    assert "3 held-out targets: too few to measure anything, a check that the chain runs (one target moves a row by 33 points)." in table
 
 
 def test_the_comparison_plays_every_row_of_compare_files_without_base(loops, tmp_path, monkeypatch):

@@ -402,11 +402,9 @@ def flag_sources(
         if name:
             sources[table] = f"--{table} {name}"  # the whole table is the flag's
     for text in overrides:
-        keys, value = parse_override(text)
+        keys, _ = parse_override(text)
         key = ".".join(keys)
-        secret = isinstance(value, str) and any(m in key.lower() for m in SECRET_MARKERS)  # as redact() judges it
-        shown = f"{key}=<redacted>" if secret else redact_text(text) if len(text) <= 48 else f"{key}=..."  # a long table value: its key says enough
-        sources[key] = f"--set {shown}"
+        sources[key] = f"--set {key}"  # never the value: a mistyped key's value may be a secret
 
     def walk(node: Mapping[str, Any], prefix: str) -> None:
         for key, value in node.items():
@@ -419,20 +417,25 @@ def flag_sources(
     return sources
 
 
-ERROR_KEY = re.compile(r"^\[([^\]]+)\] ([\w.-]+):|^([\w-]+):")
+# An error line's subject: `[table] key:`, `[table]:`, `[table] words`, `[a.b[0]] key:` or a top-level `key:`.
+ERROR_SUBJECT = re.compile(r"^\[(.+?)\](?=[ :])(?: ([\w.-]+):)?|^([\w-]+):")
 
 
 def name_flags(lines: Sequence[str], sources: Mapping[str, str]) -> list[str]:
     """Each error line about a value a flag set, with "(from FLAG)": `[eval] checkpoints: ...
-    (from --checkpoint)`. The most specific key wins (a --set inside a --judge's table)."""
+    (from --checkpoint)`. The most specific key wins (a --set inside a --judge's table); a line
+    about a whole table (`[sft]: not used by ...`) is the flag's that set a key in it."""
     out = []
     for line in (piece for joined in lines for piece in re.split(r"; (?=\[)", joined)):  # a component's lines come joined
-        match = ERROR_KEY.match(line)
-        if match is None or not sources:
+        match = ERROR_SUBJECT.match(line) if sources else None
+        if match is None:
             out.append(line)
             continue
-        parts = (f"{match[1]}.{match[2]}" if match[1] else match[3]).split(".")
+        subject = match[3] or (f"{match[1]}.{match[2]}" if match[2] else match[1])
+        parts = subject.split(".")
         source = next((sources[k] for i in range(len(parts), 0, -1) if (k := ".".join(parts[:i])) in sources), None)
+        if source is None and not match[2] and match[1]:
+            source = next((v for k, v in sources.items() if k.startswith(f"{match[1]}.")), None)
         out.append(f"{line} (from {source})" if source else line)
     return out
 
@@ -490,22 +493,25 @@ def load_recipe(
     settings: Optional[Mapping[str, Any]] = None,
     trackers: Sequence[str] = (),
     flags: Optional[Mapping[str, str]] = None,
+    typed: Optional[Sequence[str]] = None,
 ) -> Recipe:
     """Load and validate a recipe; raises ConfigError listing every problem on one line.
 
     `overrides` are `--set table.key=value` texts; `choices` and `settings` come from CLI
     flags (see resolve_data for the order), `flags` names the flag of each settings key for
-    the errors (flag_sources); `trackers` (--tracker) join [tracking] use."""
+    the errors (flag_sources), `typed` the overrides the user typed when the caller added its
+    own (an upstream's output; default: all of them); `trackers` (--tracker) join [tracking] use."""
     path = Path(path)
     registry = registry or get_registry()
     raw, missing = resolve_recipe_paths(read_toml(path), path, registry)  # the file's relative paths (project_root)
     data = with_trackers(resolve_data(raw, overrides or [], choices=choices, settings=settings), trackers)
+    sources = flag_sources(overrides or [] if typed is None else typed, choices, settings, flags)
     errors: list[str] = []
 
     kind = data.get("kind")
     if kind not in RECIPE_KINDS:
         shown = "missing" if kind is None else repr(kind)
-        raise ConfigError(f"{path}: kind: {shown} is not a recipe kind; expected one of {', '.join(RECIPE_KINDS)}")
+        raise ConfigError(f"{path}: " + name_flags([f"kind: {shown} is not a recipe kind; expected one of {', '.join(RECIPE_KINDS)}"], sources)[0])
     shape = RECIPE_SHAPES[kind]
     name = data.get("name", path.stem)
     seed = data.get("seed", 0)
@@ -563,7 +569,6 @@ def load_recipe(
 
     trackers = choose_trackers(data.get(TRACKING_TABLE), registry, errors)
 
-    sources = flag_sources(overrides or [], choices, settings, flags)
     if errors:
         raise ConfigError(f"{path}: " + "; ".join(name_flags(_explain_missing(errors, missing, data), sources)))
 

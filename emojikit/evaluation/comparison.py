@@ -77,7 +77,7 @@ def reader_recipe(recipe, name: str):
     return replace(recipe, components={**recipe.components, "judge": choice})
 
 
-SMALL_HELDOUT = 64  # fewer held-out targets than this: the comparison says it measures nothing
+SMALL_HELDOUT = 32  # fewer held-out targets than this (the smoke recipe's 16): the comparison says it measures nothing
 
 
 def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optional[str]:
@@ -120,8 +120,8 @@ def write_comparison(recipe, run_dir, start: Optional[str], final: str) -> Optio
     atomic_write_text(run_dir.file(f"{STEM}.json"), json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     head = summary_markdown(results, paired=("grpo", start_label) if start_label else None)
     head += f"\nMeasured on {machine['cpu']} (`cpu_kind` {machine['cpu_kind']}, {machine['cores']} cores), seed {recipe.seed}.\n"
-    if len(heldout) < SMALL_HELDOUT:  # the smoke recipe's 16: one target moves a row by 6 points
-        head += (f"\n{len(heldout)} held-out targets: a check that the chain runs, not a measurement (one target moves a row by "
+    if len(heldout) < SMALL_HELDOUT:
+        head += (f"\n{len(heldout)} held-out targets: too few to measure anything, a check that the chain runs (one target moves a row by "
                  f"{100 / len(heldout):.0f} points).\n")
     if g.seed_spread is not None and start_label is not None:
         head += "\n" + spread_or_note(g.seed_spread, results, run_dir.path)

@@ -242,9 +242,34 @@ def _plan_stage(path: Path, overrides: list[str], stages: list[Stage], chain: li
 
 
 def describe(stages: list[Stage]) -> list[str]:
-    """The plan, one line per stage: number, kind, action, run directory, why."""
+    """The plan, one line per stage: number, kind, action, run directory, why; a stage that
+    will run says its size, and the last line the machine (its minutes depend on the CPU kind)."""
     n = len(stages)
-    return [f"stage {i}/{n}: {s.kind} ({s.path}) {s.action} {s.run_dir}: {s.why}" for i, s in enumerate(stages, 1)]
+    lines = [f"stage {i}/{n}: {s.kind} ({s.path}) {s.action} {s.run_dir}: {s.why}" + (f" ({size})" if s.action in ("run", "resume") and (size := stage_size(s)) else "")
+             for i, s in enumerate(stages, 1)]
+    if any(s.action in ("run", "resume") for s in stages):
+        from emojikit.support.cpu import describe_machine
+
+        m = describe_machine()
+        lines.append(f"on {m['cpu']} (`cpu_kind` {m['cpu_kind']}, {m['cores']} cores); each stage's measured minutes per CPU kind: docs/experiments/main-job.md")
+    return lines
+
+
+def stage_size(stage: Stage) -> str:
+    """How much a stage does, in its own units: what its minutes scale with."""
+    settings = stage.recipe.settings
+    if stage.kind == "data":
+        return f"{settings['data'].count:,} messages to the teacher"
+    if stage.kind == "sft":
+        s = settings["sft"]
+        if s.steps:
+            return f"{s.steps} steps of {s.batch_size} chats"
+        share = f"the best-read {s.keep_best_read * 100:g} % of " if s.keep_best_read < 1 else ""
+        return f"{s.epochs} pass{'es' if s.epochs > 1 else ''} over {share}the training chats, {s.batch_size} a step"
+    if stage.kind == "grpo":
+        g = settings["grpo"]
+        return f"{g.steps} steps of {g.batch_size} targets x {g.group_size} episodes" + (", then the comparison" if g.compare else "")
+    return ""
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -295,7 +320,7 @@ def run_stage(stage: Stage, command: str, announce: Callable[[], None] = lambda:
 
     from emojikit.stages.tracking import tracked
 
-    recipe = load_recipe(stage.path, stage.overrides + derived_overrides(stage), trackers=stage.trackers)
+    recipe = load_recipe(stage.path, stage.overrides + derived_overrides(stage), trackers=stage.trackers, typed=stage.overrides)
     recipe.resume_command = command
     check_ready(recipe)  # what the run would reject before training, before the run directory
     runner = recipe.runner()  # imported before the run directory is touched

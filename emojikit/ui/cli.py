@@ -142,7 +142,7 @@ def validate(recipe: Path, overrides: tuple[str, ...]):
             check_ready(named)
             note = f"; [sft] train_file and test_file come from {ref[2]}, which has no finished run yet: `emojikit run {recipe}` runs it first"
         else:
-            check_ready(load_recipe(recipe, list(overrides) + extra))
+            check_ready(load_recipe(recipe, list(overrides) + extra, typed=list(overrides)))
     else:
         check_ready(loaded)
     parts = ", ".join(f"{t}={c.spec.name}" for t, c in loaded.components.items())
@@ -271,7 +271,7 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
         checkpoint = sender_checkpoint(checkpoint)  # a run directory: its final checkpoint, files checked before any model loads
     recipe = load_recipe(recipe_path, list(overrides))
     if recipe.kind == "sft":  # [sft] data = "recipes/data.toml": that data run's sft_test.jsonl, wherever it ran
-        recipe = load_recipe(recipe_path, list(overrides) + upstream_overrides(recipe_path, list(overrides)))
+        recipe = load_recipe(recipe_path, list(overrides) + upstream_overrides(recipe_path, list(overrides)), typed=list(overrides))
     if recipe.kind != "sft":
         raise ConfigError(f"{recipe_path}: eval-sft needs an sft recipe (its [sft] test_file and max_new_tokens), got kind = {recipe.kind!r}; pass --recipe recipes/sft.toml")
     if out is not None:
@@ -323,7 +323,7 @@ def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judges, overri
     for checkpoint in checkpoints:  # a data run is named as one ([eval] checkpoints' own check says less)
         if (problem := not_a_sender_run(checkpoint)) is not None:
             raise InputFileError(f"--checkpoint {problem}")
-    people = None
+    people, checkpoints_given = None, bool(checkpoints)
     if human_games is not None:
         from emojikit.evaluation.human_games import checkpoints_played, read_games
 
@@ -336,7 +336,7 @@ def eval_game(recipe_path: Path, checkpoints, targets, n_targets, judges, overri
     settings: dict = {"eval": {key: value for key, value in chosen.items() if value}} if any(chosen.values()) else {}
     if out:
         settings["out"] = str(out)
-    flags = {"eval.checkpoints": "--checkpoint", "eval.targets_file": "--targets", "eval.n_targets": "-n", "out": "--out"}
+    flags = {"eval.checkpoints": "--checkpoint" if checkpoints_given else "--human-games", "eval.targets_file": "--targets", "eval.n_targets": "-n", "out": "--out"}
     recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judges[0] if judges else None}, settings=settings, flags=flags)
     if len(judges) > 1 and recipe.kind != "eval":
         raise ConfigError(f"{recipe_path}: several --judge need an eval recipe (kind = \"eval\"), not kind = {recipe.kind!r}")
@@ -434,7 +434,7 @@ def repair_eval(recipe_path: Path, states: Path, senders, judge, overrides, out,
     if conflicting:
         raise ConfigError("--repair-states plays the states' targets: leave out --targets, -n and --human-games")
     read_states(states)  # a bad file fails before any model loads
-    recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judge}, settings={"out": str(out)} if out else {})
+    recipe = load_recipe(recipe_path, list(overrides), choices={"judge": judge}, settings={"out": str(out)} if out else {}, flags={"out": "--out"})
     existing = recipe.out.is_dir() and any(p.name != ".lock" for p in recipe.out.iterdir())
     with RunDir(recipe.out, resume=existing, recipe_toml=recipe.to_toml(), check_recipe=False) as run_dir:
         results = evaluate_repair(recipe, states, list(senders), recipe.settings["eval"].temperature, run_dir.path)

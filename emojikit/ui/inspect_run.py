@@ -33,12 +33,12 @@ EVAL_OVERLAY = {"similarity": "similarity", "success_rate": "success_rate", "mea
 def missing_run_hint(path: Path) -> str:
     """How a missing run directory comes to be: the recipe of that name, else the runs beside it."""
     recipe = Path("recipes") / f"{path.name}.toml"
-    if recipe.is_file():
+    if path.parent.name == "runs" and recipe.is_file():  # runs/NAME: the default out of recipes/NAME.toml
         return f" (make it with: emojikit run {recipe})"
     beside = sorted(p.name for p in path.parent.glob("*") if p.is_dir() and any((p / m).exists() for m in RUN_MARKERS)) if path.parent.is_dir() else []
     if beside:
         return f" (run directories in {path.parent}: {', '.join(beside[:8])}{', ...' if len(beside) > 8 else ''})"
-    return " (`emojikit run RECIPE` makes one)"
+    return " (make one with: emojikit run RECIPE)"
 
 
 def run_path(path: Path | str) -> Path:

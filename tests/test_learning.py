@@ -179,6 +179,18 @@ def test_read_targets_reads_categories_from_jsonl_and_csv(tmp_path):
     assert result.exit_code == 2 and "bad.tsv:1: expected a header with a text column" in result.output
 
 
+def test_a_byte_order_mark_and_crlf_lines_read_as_text_and_a_repeated_target_is_dropped_once(tmp_path, capsys):
+    # Files from Windows editors and spreadsheets; a target twice in one pool can never be told apart.
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_bytes(b'\xef\xbb\xbf{"text": "hello there"}\r\n\r\n{"text": "I love pizza"}\r\n{"text": "hello there"}\r\n')
+    assert read_targets(jsonl) == [Message("hello there"), Message("I love pizza")]
+    assert read_targets(jsonl, 2) == [Message("hello there"), Message("I love pizza")]  # -n counts distinct targets
+    assert capsys.readouterr().err.count("t.jsonl: 1 repeated target(s) dropped") == 1  # said once per file
+    text = tmp_path / "t.txt"
+    text.write_bytes(b"\xef\xbb\xbfa message\r\nanother\r\n")
+    assert read_targets(text) == [Message("a message"), Message("another")]
+
+
 @pytest.mark.slow
 def test_eval_plays_the_teacher_and_every_target_with_the_keywords_judge(tmp_path):
     targets = tmp_path / "targets.jsonl"

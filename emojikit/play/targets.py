@@ -38,10 +38,21 @@ def read_targets(path: Path, limit: Optional[int] = None):
         rows = [Message((r.get("text") or "").strip(), (r.get("category") or "unknown").strip()) for r in reader]
     else:
         rows = [Message(line.strip()) for _, line, _ in read_lines(path, what="targets file") if line.strip()]
-    rows = [m for m in rows if m.text][:limit]
+    rows = [m for m in rows if m.text]
+    seen: set[str] = set()
+    unique = [m for m in rows if not (m.text in seen or seen.add(m.text))]  # the first of each text, in file order
+    if len(unique) < len(rows) and path not in _WARNED_DUPLICATES:
+        from emojikit.composition.preflight import warn
+
+        _WARNED_DUPLICATES.add(path)  # a file is read more than once (checked, then played): say it once
+        warn(f"{path}: {len(rows) - len(unique)} repeated target(s) dropped: in one pool a reader can never tell two copies apart")
+    rows = unique[:limit]
     if not rows:
         raise InputFileError(f"{path}: no targets")
     return rows
+
+
+_WARNED_DUPLICATES: set[Path] = set()
 
 
 # --- a GRPO or RFT run's targets: held-out ones for evaluation, the rest for training ----------

@@ -185,6 +185,8 @@ def read_lines(path: Path | str, *, what: str = "file", max_line_bytes: Optional
         data = path.read_bytes()
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read ({os_problem(exc) or exc.strerror})") from None
+    if data.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, as Windows editors and spreadsheets write UTF-8
+        data = data[3:]
     lines = []
     raw_lines = data.split(b"\n")
     for number, raw in enumerate(raw_lines, start=1):

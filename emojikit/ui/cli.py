@@ -90,6 +90,16 @@ def _kind(value: str) -> str:
     return kind
 
 
+def shipped_recipe(ctx, param, value: Path) -> Path:
+    """A default --recipe (recipes/eval.toml) run from outside the checkout: the checkout's own
+    file, so `emojikit eval` works from any directory (outputs still go under this one)."""
+    if value == Path(param.default) and not value.exists():
+        checkout = Path(__file__).resolve().parents[2] / value
+        if checkout.is_file():
+            return checkout
+    return value
+
+
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="emojikit")
 def cli():
@@ -251,7 +261,7 @@ def describe(kind: str, name: str | None):
 
 @cli.command("eval-sft")
 @click.option("--checkpoint", default="base", show_default=True, help='A checkpoint or run directory (its final checkpoint), or "base" for the start model.')
-@click.option("--recipe", "recipe_path", default="recipes/sft.toml", show_default=True, type=click.Path(path_type=Path), help="SFT recipe giving the backend, decoder and test file.")
+@click.option("--recipe", "recipe_path", default="recipes/sft.toml", show_default=True, type=click.Path(path_type=Path), callback=shipped_recipe, help="SFT recipe giving the backend, decoder and test file.")
 @click.option("--set", "overrides", multiple=True, metavar="TABLE.KEY=VALUE")
 @click.option("-n", "--examples", type=click.IntRange(min=1), default=100, show_default=True, help="Held-out prompts to sample.")
 @click.option("--temperature", type=click.FloatRange(min=0.0, max=MAX_TEMPERATURE), default=0.7, show_default=True)
@@ -294,7 +304,7 @@ def eval_sft(checkpoint: str, recipe_path: Path, overrides, examples: int, tempe
 
 
 @cli.command("eval")
-@click.option("--recipe", "recipe_path", default="recipes/eval.toml", show_default=True, type=click.Path(path_type=Path))
+@click.option("--recipe", "recipe_path", default="recipes/eval.toml", show_default=True, type=click.Path(path_type=Path), callback=shipped_recipe)
 @click.option("--checkpoint", "checkpoints", multiple=True, help='Checkpoint or run directory (its final checkpoint), "base", or teacher:NAME (repeatable; compared side by side).')
 @click.option("--targets", type=click.Path(path_type=Path), default=None, help="Targets: JSONL with text (and category), CSV/TSV with a text column, or one message per line; every target is played unless -n.")
 @click.option("-n", "n_targets", type=click.IntRange(min=1), default=None, help="Play only the first N targets.")
@@ -443,7 +453,7 @@ def repair_eval(recipe_path: Path, states: Path, senders, judge, overrides, out,
 
 
 @cli.command("repair-states")
-@click.option("--recipe", "recipe_path", default="recipes/eval.toml", show_default=True, type=click.Path(path_type=Path), help="Recipe giving the backend, decoder, judge, reward, [game] and the [eval] temperature.")
+@click.option("--recipe", "recipe_path", default="recipes/eval.toml", show_default=True, type=click.Path(path_type=Path), callback=shipped_recipe, help="Recipe giving the backend, decoder, judge, reward, [game] and the [eval] temperature.")
 @click.option("--checkpoint", default="base", show_default=True, help='The sender whose first-turn misses become the states (the SFT checkpoint), "base" or teacher:NAME.')
 @click.option("--targets", type=click.Path(path_type=Path), default=None, help="Held-out targets (as eval reads them; default: the recipe's prompt source).")
 @click.option("-n", "n_targets", type=click.IntRange(min=1), default=None, help="Play only the first N targets (512 from the prompt source).")

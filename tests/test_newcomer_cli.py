@@ -315,6 +315,14 @@ def test_an_eval_run_as_checkpoint_reads_an_eval_run(tmp_path):
     assert f"{run}: an eval run directory, not a training run" in not_a_sender_run(str(run))
 
 
+def test_eval_finds_its_default_recipe_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no recipes/ here: the checkout's recipes/eval.toml, the outputs here
+    (tmp_path / "mine.txt").write_text("I got promoted today\nThe cat is asleep on my keyboard\n", encoding="utf-8")
+    result = invoke("eval", "--checkpoint", "teacher:lexicon", "--targets", "mine.txt", "--out", "out")
+    assert result.exit_code == 0, result.output
+    assert "Held-out retrieval game: 2 targets" in result.output and (tmp_path / "out" / "eval.json").is_file()
+
+
 def test_own_train_file_missing_is_not_told_to_run_the_data_recipe(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     line = one_line_error(invoke("validate", RECIPES / "sft.toml", "--set", f'sft.train_file="{tmp_path}/mine.jsonl"',

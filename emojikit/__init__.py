@@ -55,6 +55,7 @@ from emojikit.api.hookspecs import hookimpl
 from emojikit.api.policy import AdamParams, ChatMessages, Datum, LossOutput, Policy, Sample, SampleTotals, SamplingParams, TokenConstraint
 from emojikit.api.secrets import require_key
 from emojikit.support.models import load_model_and_tokenizer
+from emojikit.play.guesses import clean_guess
 
 __version__ = "0.1.0"
 __all__ = [
@@ -68,6 +69,8 @@ __all__ = [
     "CandidatePool", "TargetBelief", "RepairTeacher", "SuccessThreshold", "BindingReport", "SampleTotals", "StoredStep", "DEFAULT_SUCCESS_THRESHOLD",
     # a language model, loaded offline-first (the bundled ones by `bundled:` name)
     "load_model_and_tokenizer",
+    # a chat model's answer as a judge's guess (the bundled chat-model judges' one cleaner)
+    "clean_guess",
     # the emoji format
     "EmojiFormat", "DEFAULT_FORMAT", "format_of", "emojis",
     # errors a plugin raises

@@ -177,6 +177,37 @@ def test_plugin_failures_are_one_line_naming_the_plugin(plugin, needles):
         assert needle in message, (needle, message)
 
 
+def test_strict_plugins_shows_a_failing_factory_with_its_own_traceback(monkeypatch):
+    reg = Registry(load_entrypoints=False)
+    reg.register(plugin_with(factory=failing(KeyError("weights"))), "odd-plugin", "odd-dist", "0.3")
+    monkeypatch.setenv("EMOJIKIT_STRICT_PLUGINS", "1")
+    with pytest.raises(KeyError, match="weights"):  # the plugin's exception itself, to debug it
+        build_component("judge", "odd", {}, BuildContext(registry=reg))
+
+
+class WrongJudge:
+    def __init__(self, returns):
+        self.returns = returns
+
+    def guess(self, views):
+        return self.returns(views)
+
+
+@pytest.mark.parametrize("returns, needle", [
+    (lambda views: ["only one"], "guess returned 1 values for 2 views; it returns one per view"),
+    (lambda views: None, "guess returned NoneType for 2 views"),
+    (lambda views: [3, "x"], "guess returned an int among its guesses; each is a string, or None"),
+])
+def test_a_judge_that_returns_the_wrong_guesses_is_one_line_naming_its_plugin(returns, needle):
+    reg = Registry(load_entrypoints=False)
+    reg.register(plugin_with(factory=lambda cfg, ctx: WrongJudge(returns)), "odd-plugin", "odd-dist", "0.3")
+    judge = build_component("judge", "odd", {}, BuildContext(registry=reg))
+    reward = build_component("reward", "similarity", {}, BuildContext())
+    with pytest.raises(PluginError) as err:
+        play(ScriptedPolicy("🍕🌙"), None, judge, reward, [Message("a"), Message("b")], settings=GameSettings(max_turns=1))
+    assert str(err.value).startswith("[judge] judge 'odd' (plugin 'odd-plugin', odd-dist 0.3): ") and needle in str(err.value)
+
+
 def test_settings_are_validated_with_the_recipe_error_format():
     reg = Registry(load_entrypoints=False)
     reg.register(plugin_with(), "odd-plugin")

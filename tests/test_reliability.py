@@ -331,6 +331,33 @@ def test_an_error_right_after_the_run_directory_was_made_does_not_block_a_plain_
     assert (tmp_path / "run" / "sft_train.jsonl").exists()
 
 
+def test_a_run_that_fails_on_bad_input_before_its_first_output_leaves_no_directory(tmp_path):
+    from emojikit.api.errors import ConfigError, PluginError
+    from emojikit.stages.runs import RunDir
+
+    for error in (ConfigError("[judge] bad"), PluginError("[judge] judge 'x' (plugin 'y'): factory failed: KeyError: 'w'")):
+        with pytest.raises(type(error)):
+            with RunDir(tmp_path / "runs" / "eval", recipe_toml='kind = "eval"\n') as run_dir:
+                run_dir.file("code.json").write_text("{}")
+                raise error
+        assert not (tmp_path / "runs" / "eval").exists()
+    # What a run wrote of its own stays, and so does a directory that was there before it.
+    with pytest.raises(ConfigError):
+        with RunDir(tmp_path / "kept", recipe_toml="x = 1\n") as run_dir:
+            run_dir.file("eval.jsonl").write_text("{}\n")
+            raise ConfigError("late")
+    assert (tmp_path / "kept" / "eval.jsonl").exists()
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(ConfigError):
+        with RunDir(tmp_path / "mine", recipe_toml="x = 1\n"):
+            raise ConfigError("early")
+    assert (tmp_path / "mine").is_dir()
+    with pytest.raises(RuntimeError):  # a bug, not bad input: the directory stays to be looked at
+        with RunDir(tmp_path / "bug", recipe_toml="x = 1\n"):
+            raise RuntimeError("bug")
+    assert (tmp_path / "bug" / "recipe.toml").exists()
+
+
 if __name__ == "__main__":  # print each case's exact error, to keep docs/errors.md in step
     import tempfile
 

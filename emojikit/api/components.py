@@ -10,12 +10,15 @@ whole contract.
 from __future__ import annotations
 
 import re
+import weakref
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence, runtime_checkable
 
 from pydantic import BaseModel
+
+from emojikit.api.errors import PluginError
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,49 @@ class CandidatePool(Protocol):
     retrieval judge adds them to the pool it retrieves from)."""
 
     def add_candidates(self, texts: Sequence[str]) -> None: ...
+
+
+# --- what a plugin's component returned: checked where the core calls it -----------------------
+
+_ORIGINS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def mark_origin(component: Any, origin: str) -> None:
+    """The assembly seam records who built a component ("judge 'x' (plugin 'y', dist 1.0)"), so
+    that a wrong return value later names the plugin, not a line of the core."""
+    try:
+        _ORIGINS[component] = origin
+    except TypeError:  # an object that takes no weak reference: errors name its class
+        pass
+
+
+def origin_of(component: Any) -> str:
+    try:
+        return _ORIGINS.get(component) or type(component).__name__
+    except TypeError:
+        return type(component).__name__
+
+
+def _one_per(component: Any, method: str, returned: Any, expected: int, what: str) -> list:
+    if not isinstance(returned, (list, tuple)) or len(returned) != expected:
+        got = f"{len(returned)} values" if isinstance(returned, (list, tuple)) else type(returned).__name__
+        raise PluginError(f"{origin_of(component)}: {method} returned {got} for {expected} {what}; it returns one per {what.rstrip('s')}")
+    return list(returned)
+
+
+def guesses_of(judge: "Judge", views: Sequence["JudgeView"]) -> list[Optional[str]]:
+    """judge.guess(views), checked: one guess (a string, or None when it gave up) per view."""
+    guesses = _one_per(judge, "guess", judge.guess(views), len(views), "views")
+    for guess in guesses:
+        if guess is not None and not isinstance(guess, str):
+            kind = type(guess).__name__
+            raise PluginError(f"{origin_of(judge)}: guess returned {'an' if kind[0] in 'aeiou' else 'a'} {kind} among its guesses; each is a string, or None")
+    return guesses
+
+
+def similarities_of(reward: "Reward", targets: Sequence[str], guesses: Sequence[str]) -> list[float]:
+    """reward.similarity(targets, guesses), checked: one number per pair."""
+    return _one_per(reward, "similarity", reward.similarity(targets, guesses), len(targets), "pairs")
 
 
 def add_candidates(judge: Judge, texts: Sequence[str]) -> None:

@@ -23,10 +23,10 @@ from typing import Any, Mapping, Optional, Union
 
 from pydantic import BaseModel, ValidationError
 
-from emojikit.api.components import BuildContext, Component, Decoder, Judge, PromptSource, Reward, Teacher, Tracker
+from emojikit.api.components import BuildContext, Component, Decoder, Judge, PromptSource, Reward, Teacher, Tracker, mark_origin
 from emojikit.api.errors import ConfigError, EmojikitError, PluginError
 from emojikit.api.policy import Policy
-from emojikit.composition.registry import Registry, did_you_mean, get_registry
+from emojikit.composition.registry import Registry, did_you_mean, get_registry, strict_plugins
 from emojikit.api.secrets import require_key
 
 # The recipe table that selects each kind of component (`[prompts] use = "generated"`).
@@ -201,6 +201,8 @@ def preflight(choice: ComponentChoice, ctx: BuildContext) -> None:
         if spec.preflight is not None:
             spec.preflight(choice.config, context(ctx))
     except Exception as exc:  # noqa: BLE001 - every plugin failure becomes one line
+        if strict_plugins() and not isinstance(exc, EmojikitError):
+            raise  # EMOJIKIT_STRICT_PLUGINS=1: the plugin's own traceback, to debug it
         raise _plugin_failure(choice, "preflight", exc) from exc
 
 
@@ -221,16 +223,23 @@ def construct(choice: ComponentChoice, ctx: BuildContext) -> Any:
     try:
         built = spec.factory(choice.config, context(ctx))
     except Exception as exc:  # noqa: BLE001
+        if strict_plugins() and not isinstance(exc, EmojikitError):
+            raise  # EMOJIKIT_STRICT_PLUGINS=1: the plugin's own traceback, to debug it
         raise _plugin_failure(choice, "factory", exc) from exc
     protocol = KIND_PROTOCOLS.get(spec.kind)
     if protocol is not None:
         missing = [m for m in protocol_members(protocol) if not hasattr(built, m)]
         if missing:
             raise PluginError(
-                f"[{choice.table}] {kind_label(spec.kind)} {spec.name!r} ({_origin(spec)}): the factory returned a "
+                f"[{choice.table}] {kind_label(spec.kind)} {spec.name!r} ({_origin(spec)}): the factory returned {article_of(type(built).__name__)} "
                 f"{type(built).__name__}, which is not a {protocol.__name__}: it has no {', '.join(missing)}"
             )
+    mark_origin(built, f"[{choice.table}] {kind_label(spec.kind)} {spec.name!r} ({_origin(spec)})")  # names it if it returns a wrong value later
     return built
+
+
+def article_of(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def build_component(kind: str, name: str, settings: Settings = None, ctx: Optional[BuildContext] = None, *, table: Optional[str] = None) -> Any:

@@ -6,7 +6,7 @@ load. Environment controls, like pytest's and llm's:
 
   EMOJIKIT_PLUGINS=a,b          load only these entry points ("" loads none)
   EMOJIKIT_BLOCK_PLUGINS=a,b    never load these
-  EMOJIKIT_STRICT_PLUGINS=1     re-raise a plugin's load failure instead of recording it
+  EMOJIKIT_STRICT_PLUGINS=1     re-raise a plugin's failure (load, preflight, factory) with its traceback
 """
 
 from __future__ import annotations
@@ -70,6 +70,11 @@ def canonical_kind(kind: str) -> str:
     return spelled if spelled in KINDS else kind
 
 
+def strict_plugins() -> bool:
+    """EMOJIKIT_STRICT_PLUGINS=1: a plugin's failure (loading, preflight, factory) raises with its own traceback."""
+    return os.environ.get("EMOJIKIT_STRICT_PLUGINS", "") not in ("", "0")
+
+
 class Registry:
     def __init__(self, load_entrypoints: bool = True):
         self.pm = pluggy.PluginManager(GROUP)
@@ -86,7 +91,7 @@ class Registry:
     def load_entrypoints(self) -> None:
         allow = _env_list("EMOJIKIT_PLUGINS")
         block = _env_list("EMOJIKIT_BLOCK_PLUGINS") or set()
-        strict = os.environ.get("EMOJIKIT_STRICT_PLUGINS", "") not in ("", "0")
+        strict = strict_plugins()
         seen: set[str] = set()
         for ep in metadata.entry_points(group=GROUP):
             if ep.name in seen or ep.name in block or (allow is not None and ep.name not in allow):

@@ -208,13 +208,13 @@ def turn2_prompts(game, states: Sequence[RepairState], fmt):
 
 def judge_turn2(judge, reward, states: Sequence[RepairState], answers: Sequence[str]) -> list[dict]:
     """The judge reads [turn 1, turn 2] with its wrong guess behind it; one row per state."""
-    from emojikit.api.components import JudgeView, is_success
+    from emojikit.api.components import JudgeView, guesses_of, is_success, similarities_of
 
     only_emoji = lambda text: "".join(emojis.split(text))
     views = [JudgeView(emoji_turns=[only_emoji(s.turn1), only_emoji(a)], guesses=[s.guess]) for s, a in zip(states, answers)]
-    guesses = judge.guess(views)
+    guesses = guesses_of(judge, views)
     answered = [i for i, g in enumerate(guesses) if g is not None]
-    sims = dict(zip(answered, reward.similarity([states[i].target for i in answered], [guesses[i] for i in answered]))) if answered else {}
+    sims = dict(zip(answered, similarities_of(reward, [states[i].target for i in answered], [guesses[i] for i in answered]))) if answered else {}
     rows = []
     for i, (answer, guess) in enumerate(zip(answers, guesses)):
         sim = float(sims.get(i, 0.0))

@@ -22,7 +22,8 @@ from typing import Any, Callable, Optional, Sequence
 from pydantic import Field, field_validator
 
 from emojikit.api import emojis
-from emojikit.api.components import Decoder, Episode, EpisodeTurn, Judge, JudgeView, Message, Reward, add_candidates, is_success, target_logprobs
+from emojikit.api.components import (Decoder, Episode, EpisodeTurn, Judge, JudgeView, Message, Reward, add_candidates, guesses_of, is_success,
+                                     similarities_of, target_logprobs)
 from emojikit.api.config import ConfigModel
 from emojikit.api.format import DEFAULT_FORMAT, EmojiFormat, format_of
 from emojikit.api.policy import ChatMessages, Policy, SamplingParams
@@ -164,14 +165,12 @@ def play(
         for ep, (sample, *_) in zip(live, samples):
             ep.turns.append(EpisodeTurn(emoji=sample.text, valid=_format_ok(decoder, fmt, sample.text), sample=sample))
 
-        guesses = judge.guess([judge_view(ep) for ep in live])
-        if len(guesses) != len(live):
-            raise RuntimeError(f"judge returned {len(guesses)} guesses for {len(live)} episodes")
+        guesses = guesses_of(judge, [judge_view(ep) for ep in live])  # one per episode, or one line naming the plugin
         # None: a remote judge gave up on this view after its retries; the episode ends failed.
         answered = [(ep, guess) for ep, guess in zip(live, guesses) if guess is not None]
         for ep, guess in zip(live, guesses):
             ep.failed = guess is None
-        similarities = reward.similarity([ep.target for ep, _ in answered], [g for _, g in answered]) if answered else []
+        similarities = similarities_of(reward, [ep.target for ep, _ in answered], [g for _, g in answered]) if answered else []
         for (ep, guess), sim in zip(answered, similarities):
             ep.turns[-1].guess = guess
             ep.turns[-1].similarity = float(sim)

@@ -42,10 +42,11 @@ def read_targets(path: Path, limit: Optional[int] = None):
     seen: set[str] = set()
     unique = [m for m in rows if not (m.text in seen or seen.add(m.text))]  # the first of each text, in file order
     if len(unique) < len(rows) and path not in _WARNED_DUPLICATES:
-        from emojikit.composition.preflight import warn
+        import sys
 
         _WARNED_DUPLICATES.add(path)  # a file is read more than once (checked, then played): say it once
-        warn(f"{path}: {len(rows) - len(unique)} repeated target(s) dropped: in one pool a reader can never tell two copies apart")
+        print(f"emojikit: warning: {path}: {len(rows) - len(unique)} repeated target(s) dropped: in one pool a reader can never tell two copies apart",
+              file=sys.stderr, flush=True)
     rows = unique[:limit]
     if not rows:
         raise InputFileError(f"{path}: no targets")

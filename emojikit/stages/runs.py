@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Iterator, Optional
 
-from emojikit.api.errors import ConfigError, InputFileError, OutputError, RunDirectoryError
+from emojikit.api.errors import ConfigError, EmojikitError, InputFileError, OutputError, RunDirectoryError
 from emojikit.support.io import append_jsonl, atomic_directory, atomic_write_jsonl, atomic_write_text, os_problem, read_jsonl, writing
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -43,6 +43,7 @@ class RunDir:
             )
         if resume and not existing:
             raise RunDirectoryError(f"{self.path}: nothing to resume (the run directory is empty or missing)")
+        self._made_here = not self.path.exists()  # removed again if the run fails before it wrote anything of its own
         with writing(self.path, "creating the run directory"):
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock()
@@ -77,8 +78,24 @@ class RunDir:
     def __enter__(self) -> "RunDir":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         self.close()
+        if exc_type is not None and issubclass(exc_type, EmojikitError) and self._made_here:
+            self._remove_if_untouched()
+
+    # A run that failed on bad input or a plugin's error before its first output (a component's
+    # factory, a file read late) leaves no directory behind: only these would be in it.
+    BOOKKEEPING = frozenset({".lock", "recipe.toml", "code.json", "stage.json"})
+
+    def _remove_if_untouched(self) -> None:
+        try:
+            entries = list(self.path.iterdir())
+            if all(p.is_file() and p.name in self.BOOKKEEPING for p in entries):
+                for p in entries:
+                    p.unlink()
+                self.path.rmdir()
+        except OSError:
+            pass  # it stays, as it would have before
 
     # -- metrics ---------------------------------------------------------------------
 

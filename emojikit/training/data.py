@@ -28,7 +28,7 @@ from typing import Any, Mapping, Optional
 from pydantic import Field, model_validator
 
 from emojikit.api import emojis
-from emojikit.api.components import TEACHER_DROP_REASONS, CandidatePool, JudgeView, Message, RepairTeacher, TargetBelief, message_key
+from emojikit.api.components import TEACHER_DROP_REASONS, CandidatePool, JudgeView, Message, RepairTeacher, TargetBelief, guesses_of, message_key
 from emojikit.api.config import ConfigModel, ExistingFile
 from emojikit.api.errors import ConfigError
 from emojikit.api.format import DEFAULT_FORMAT
@@ -297,7 +297,7 @@ def repair_turns(judge, teacher: RepairTeacher, pairs: list[tuple[Message, str]]
 
     guesses: list = []
     for start in range(0, len(pairs), READ_BATCH):  # the answers' readings are cached by now: fast
-        guesses += judge.guess([JudgeView(emoji_turns=[a]) for _, a in pairs[start : start + READ_BATCH]])
+        guesses += guesses_of(judge, [JudgeView(emoji_turns=[a]) for _, a in pairs[start : start + READ_BATCH]])
     missed = [i for i, ((m, _), g) in enumerate(zip(pairs, guesses)) if g and g != m.text.strip()]
     chosen = sorted(sorted(missed, key=lambda i: -readings[i])[: math.ceil(share * len(missed))])
     out = []

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 from pydantic import ValidationError
 
 from emojikit.composition.assembly import COMPONENT_TABLES, ComponentChoice, construct, context, preflight_errors
-from emojikit.api.components import BuildContext, CandidatePool, Episode, EpisodeTurn, Message, add_candidates, is_success, success_threshold
+from emojikit.api.components import BuildContext, CandidatePool, Episode, EpisodeTurn, Message, add_candidates, is_success, similarities_of, success_threshold
 from emojikit.api.config import for_playing
 from emojikit.api.errors import ConfigError, EmojikitError, InputFileError
 from emojikit.api.format import format_of
@@ -279,7 +279,7 @@ def human_play(
         if guess is None:
             echo("(no more guesses)")
             break
-        (similarity,) = reward.similarity([target.text], [guess])
+        (similarity,) = similarities_of(reward, [target.text], [guess])
         episode.turns.append(EpisodeTurn(emoji=sample.text, valid=valid, guess=guess, similarity=float(similarity), sample=sample))
         episode.success = is_success(reward, similarity)
         best = max(t.similarity for t in episode.turns)

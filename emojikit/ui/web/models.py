@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from emojikit.api.components import Episode, Message
+from emojikit.api.components import Episode, Message, guesses_of, similarities_of
 from emojikit.api.errors import ConfigError
 from emojikit.play.game import GameSettings, judge_view, sender_prompt
 from emojikit.api.policy import SamplingParams
@@ -141,14 +141,14 @@ class Models:
         """The judge's guess of each episode's latest emoji turn and its similarity to the target."""
         judge = self.judge(name)
         self._add_candidates(name, [ep.target for ep in episodes])
-        guesses = judge.guess([judge_view(ep) for ep in episodes])
+        guesses = guesses_of(judge, [judge_view(ep) for ep in episodes])
         answered = [(ep.target, g) for ep, g in zip(episodes, guesses) if g is not None]
-        sims = iter(self.reward.similarity([t for t, _ in answered], [g for _, g in answered]) if answered else [])
+        sims = iter(similarities_of(self.reward, [t for t, _ in answered], [g for _, g in answered]) if answered else [])
         return [(g, float(next(sims))) if g is not None else (None, 0.0) for g in guesses]
 
     def similarities(self, pairs: list[tuple[str, str]]) -> list[float]:
         """Similarity of each (target, a person's guess), in one batched call."""
-        return [float(s) for s in self.reward.similarity([t for t, _ in pairs], [g for _, g in pairs])]
+        return [float(s) for s in similarities_of(self.reward, [t for t, _ in pairs], [g for _, g in pairs])]
 
 
 # --- building from a recipe (the CLI) ---------------------------------------------------------

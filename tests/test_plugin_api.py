@@ -208,6 +208,20 @@ def test_a_judge_that_returns_the_wrong_guesses_is_one_line_naming_its_plugin(re
     assert str(err.value).startswith("[judge] judge 'odd' (plugin 'odd-plugin', odd-dist 0.3): ") and needle in str(err.value)
 
 
+def test_a_teacher_that_returns_the_wrong_answers_is_named_before_anything_is_saved():
+    from emojikit.api.components import answers_of, mark_origin
+
+    class ShortTeacher:
+        def answer(self, messages):
+            return ["🍕🌙"]
+
+    teacher = ShortTeacher()
+    mark_origin(teacher, "[teacher] teacher 'short' (plugin 'odd-plugin')")
+    with pytest.raises(PluginError, match=r"^\[teacher\] teacher 'short' \(plugin 'odd-plugin'\): answer returned 1 values for 2 messages"):
+        answers_of(teacher, [Message("a"), Message("b")])
+    assert answers_of(teacher, [Message("a")]) == ["🍕🌙"]
+
+
 def test_settings_are_validated_with_the_recipe_error_format():
     reg = Registry(load_entrypoints=False)
     reg.register(plugin_with(), "odd-plugin")

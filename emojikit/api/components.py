@@ -202,6 +202,16 @@ def guesses_of(judge: "Judge", views: Sequence["JudgeView"]) -> list[Optional[st
     return guesses
 
 
+def answers_of(teacher: "Teacher", messages: Sequence["Message"]) -> list[Optional[str]]:
+    """teacher.answer(messages), checked before it is saved: one answer (a string, or None to drop it) per message."""
+    answers = _one_per(teacher, "answer", teacher.answer(messages), len(messages), "messages")
+    for answer in answers:
+        if answer is not None and not isinstance(answer, str):
+            kind = type(answer).__name__
+            raise PluginError(f"{origin_of(teacher)}: answer returned {'an' if kind[0] in 'aeiou' else 'a'} {kind} among its answers; each is a string, or None")
+    return answers
+
+
 def similarities_of(reward: "Reward", targets: Sequence[str], guesses: Sequence[str]) -> list[float]:
     """reward.similarity(targets, guesses), checked: one number per pair."""
     return _one_per(reward, "similarity", reward.similarity(targets, guesses), len(targets), "pairs")

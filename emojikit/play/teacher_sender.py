@@ -30,12 +30,12 @@ class TeacherSender:
         return found.group("target") if found else first_user
 
     def sample(self, prompts, n, params, decoder=None):
-        from emojikit.api.components import Message
+        from emojikit.api.components import Message, answers_of
         from emojikit.api.policy import Sample
 
         targets = [self._target(p) for p in prompts]
         todo = [t for t in dict.fromkeys(targets) if t not in self._answers]
         if todo:
-            for t, answer in zip(todo, self.teacher.answer([Message(t) for t in todo])):
+            for t, answer in zip(todo, answers_of(self.teacher, [Message(t) for t in todo])):
                 self._answers[t] = answer or ""
         return [[Sample(prompt_tokens=[], tokens=[], logprobs=[], text=self._answers[t], stop_reason="stop")] * n for t in targets]

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Optional
 from pydantic import Field, model_validator
 
 from emojikit.api import emojis
-from emojikit.api.components import TEACHER_DROP_REASONS, CandidatePool, JudgeView, Message, RepairTeacher, TargetBelief, guesses_of, message_key
+from emojikit.api.components import TEACHER_DROP_REASONS, CandidatePool, JudgeView, Message, RepairTeacher, TargetBelief, answers_of, guesses_of, message_key
 from emojikit.api.config import ConfigModel, ExistingFile
 from emojikit.api.errors import ConfigError
 from emojikit.api.format import DEFAULT_FORMAT
@@ -359,7 +359,7 @@ def label(teacher, messages: list[Message], batch: int, run_dir, resume_hint: st
             if all(m.text in known for m in chunk):
                 answers.extend(known[m.text] for m in chunk)
             else:
-                chunk_answers = teacher.answer(chunk)
+                chunk_answers = answers_of(teacher, chunk)  # checked before the progress file keeps them
                 told = getattr(teacher, "stats", None)
                 if drops is not None and isinstance(told, Mapping):
                     drops.update({reason: told.get(reason, 0) for reason in TEACHER_DROP_REASONS})

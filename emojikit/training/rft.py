@@ -408,7 +408,7 @@ def run(recipe, run_dir) -> None:
     from tqdm import tqdm
 
     from emojikit.api import emojis
-    from emojikit.api.components import add_candidates
+    from emojikit.api.components import add_candidates, answers_of
     from emojikit.api.policy import SamplingParams
     from emojikit.play.targets import split_targets
     from emojikit.stages.interrupt import Interrupted, graceful_stop
@@ -484,7 +484,7 @@ def run(recipe, run_dir) -> None:
                 candidates = first_turn_candidates(policy, decoder, judge, reward, round_targets, game, sampling, s.samples_per_state)
                 targets = [m.text for m in round_targets]
                 if s.search != "none":
-                    proposed = proposer.answer(round_targets) if proposer is not None else None
+                    proposed = answers_of(proposer, round_targets) if proposer is not None else None
                     searched, unproducible = searched_candidates(policy, decoder, judge, reward, round_targets, candidates, game, sampling, proposed,
                                                                    floor_from_extra=s.search_min_emoji == "teacher")
                     search_row = {"search_answers": sum(c is not None for c in searched), "search_wins": statistics.fmean(bool(c and c.success) for c in searched),

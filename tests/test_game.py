@@ -221,6 +221,22 @@ def test_minilm_by_rows_embeds_each_text_as_the_split_products_do():
     assert np.abs(by_rows.encode(texts[:3] + texts[-40:]) - np.vstack([ops_emb[:3], ops_emb[-40:]])).max() < 1e-5
 
 
+def test_a_batch_that_fills_the_cache_keeps_the_rows_it_already_had(monkeypatch):
+    """A batch of cached and new texts that overflows the cache: the cache is cleared for the new
+    ones, and the batch's cached rows still come back (they were read before the clear)."""
+    import numpy as np
+
+    from emojikit.play import embedding
+
+    model = embedding.get_minilm()
+    monkeypatch.setattr(model, "_cache", {})
+    monkeypatch.setattr(embedding, "CACHE_LIMIT", 3)
+    first = model.encode(["a cat", "a dog"])
+    both = model.encode(["a cat", "a dog", "the sea", "a song"])  # 2 cached + 2 new > 3: cleared, then the new kept
+    assert np.allclose(both[:2], first, atol=1e-6) and both.shape == (4, model.dim)
+    assert set(model._cache) == {"the sea", "a song"}
+
+
 def test_play_passes_the_decoder_and_max_new_tokens_and_checks_format(reward, retrieval_judge):
     class Decoder:
         min_emoji, max_emoji = 2, 8

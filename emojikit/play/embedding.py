@@ -56,11 +56,11 @@ class MiniLM:
             if missing:
                 self.calls += 1
                 fresh = dict(zip(missing, self._embed(missing)))
-                if cache:
-                    if len(self._cache) + len(fresh) > CACHE_LIMIT:
-                        self._cache.clear()
-                    self._cache.update(fresh)
-            rows = [fresh[t] if t in fresh else self._cache[t] for t in texts]
+            rows = [fresh[t] if t in fresh else self._cache[t] for t in texts]  # before a full cache is cleared below
+            if cache and fresh:
+                if len(self._cache) + len(fresh) > CACHE_LIMIT:
+                    self._cache.clear()
+                self._cache.update(fresh)
         if not rows:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack(rows)

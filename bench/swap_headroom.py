@@ -38,8 +38,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from common import machine  # noqa: E402
 
 
-def first_turn_wins(judge, answers: list[str], texts: list[str]) -> np.ndarray:
-    guesses = judge.guess([JudgeView(emoji_turns=[a]) for a in answers])
+def first_turn_wins(judge, answers: list[str], texts: list[str], chunk: int = 2048) -> np.ndarray:
+    # In chunks: the judge scores every view against its whole pool at once (views x pool floats).
+    guesses = [g for start in range(0, len(answers), chunk) for g in judge.guess([JudgeView(emoji_turns=[a]) for a in answers[start : start + chunk]])]
     return np.array([g == t for g, t in zip(guesses, texts)])
 
 

@@ -192,24 +192,25 @@ def _one_per(component: Any, method: str, returned: Any, expected: int, what: st
     return list(returned)
 
 
+def _texts_or_none(component: Any, method: str, returned: Any, expected: int, what: str) -> list[Optional[str]]:
+    """_one_per, each value a string or None."""
+    values = _one_per(component, method, returned, expected, what)
+    for value in values:
+        if value is not None and not isinstance(value, str):
+            kind = type(value).__name__
+            raise PluginError(f"{origin_of(component)}: {method} returned {'an' if kind[0] in 'aeiou' else 'a'} {kind} among its "
+                              f"{method}{'s' if method == 'answer' else 'es'}; each is a string, or None")
+    return values
+
+
 def guesses_of(judge: "Judge", views: Sequence["JudgeView"]) -> list[Optional[str]]:
     """judge.guess(views), checked: one guess (a string, or None when it gave up) per view."""
-    guesses = _one_per(judge, "guess", judge.guess(views), len(views), "views")
-    for guess in guesses:
-        if guess is not None and not isinstance(guess, str):
-            kind = type(guess).__name__
-            raise PluginError(f"{origin_of(judge)}: guess returned {'an' if kind[0] in 'aeiou' else 'a'} {kind} among its guesses; each is a string, or None")
-    return guesses
+    return _texts_or_none(judge, "guess", judge.guess(views), len(views), "views")
 
 
 def answers_of(teacher: "Teacher", messages: Sequence["Message"]) -> list[Optional[str]]:
     """teacher.answer(messages), checked before it is saved: one answer (a string, or None to drop it) per message."""
-    answers = _one_per(teacher, "answer", teacher.answer(messages), len(messages), "messages")
-    for answer in answers:
-        if answer is not None and not isinstance(answer, str):
-            kind = type(answer).__name__
-            raise PluginError(f"{origin_of(teacher)}: answer returned {'an' if kind[0] in 'aeiou' else 'a'} {kind} among its answers; each is a string, or None")
-    return answers
+    return _texts_or_none(teacher, "answer", teacher.answer(messages), len(messages), "messages")
 
 
 def similarities_of(reward: "Reward", targets: Sequence[str], guesses: Sequence[str]) -> list[float]:

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from emojikit.ui.cli import cli
 from emojikit.api.components import Episode, EpisodeTurn, JudgeView, Message
+from emojikit.api.errors import InputFileError
 from emojikit.play.game import GameSettings, play, sender_prompt
 from emojikit.play.targets import read_targets
 from emojikit.play.teacher_sender import TeacherSender
@@ -177,6 +178,21 @@ def test_read_targets_reads_categories_from_jsonl_and_csv(tmp_path):
     bad.write_text("message\tcategory\nhi\tsocial\n")
     result = CliRunner().invoke(cli, ["eval", "--targets", str(bad), "--checkpoint", "teacher:lexicon", "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "bad.tsv:1: expected a header with a text column" in result.output
+
+
+def test_a_csv_row_with_an_unquoted_comma_or_an_open_quote_is_an_error_naming_its_line(tmp_path):
+    # Read leniently, the first would cut a text at its comma and the second merge the rest of the file into one text.
+    extra = tmp_path / "extra.csv"
+    extra.write_text("text,category\nfine,social\nhello, world,greeting\n")
+    with pytest.raises(InputFileError, match=r"extra.csv:3: 3 fields, the header has 2: quote a text that holds a comma"):
+        read_targets(extra)
+    left_open = tmp_path / "open.tsv"
+    left_open.write_text('text\tcategory\nfine\tsocial\n"never closed\tx\nmore\tx\n')
+    result = CliRunner().invoke(cli, ["eval", "--targets", str(left_open), "--checkpoint", "teacher:lexicon", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "open.tsv:3: unexpected end of data" in result.output and "Traceback" not in result.output
+    quoted = tmp_path / "quoted.csv"
+    quoted.write_text('text\n"she said ""hi"", twice"\n\nlast one\n')
+    assert read_targets(quoted) == [Message('she said "hi", twice'), Message("last one")]
 
 
 def test_a_byte_order_mark_and_crlf_lines_read_as_text_and_a_repeated_target_is_dropped_once(tmp_path, capsys):

@@ -17,8 +17,6 @@ from emojikit.api.components import Message
 def read_targets(path: Path, limit: Optional[int] = None):
     """Messages from JSONL (text, optional category), CSV/TSV with a header naming a text (and
     optional category) column, or plain text with one message per line; the first `limit`."""
-    import csv
-
     from emojikit.api.errors import InputFileError
     from emojikit.support.io import read_jsonl_numbered, read_lines
 
@@ -32,10 +30,7 @@ def read_targets(path: Path, limit: Optional[int] = None):
     elif path.suffix in (".csv", ".tsv"):
         # read_lines first: a line that is not UTF-8 (or too long) is named by file:line
         text = "\n".join(line for _, line, _ in read_lines(path, what="targets file"))
-        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ",")
-        if "text" not in (reader.fieldnames or []):
-            raise InputFileError(f"{path}:1: expected a header with a text column (and optionally category), got {reader.fieldnames}")
-        rows = [Message((r.get("text") or "").strip(), (r.get("category") or "unknown").strip()) for r in reader]
+        rows = _read_table(path, text, "\t" if path.suffix == ".tsv" else ",")
     else:
         rows = [Message(line.strip()) for _, line, _ in read_lines(path, what="targets file") if line.strip()]
     rows = [m for m in rows if m.text]
@@ -54,6 +49,35 @@ def read_targets(path: Path, limit: Optional[int] = None):
 
 
 _WARNED_DUPLICATES: set[Path] = set()
+
+
+def _read_table(path: Path, text: str, delimiter: str) -> list[Message]:
+    """The rows of a CSV/TSV targets file. Strict: a row with more fields than the header (an
+    unquoted delimiter inside a text) or a quote left open would otherwise cut or merge texts
+    without a word."""
+    import csv
+
+    from emojikit.api.errors import InputFileError
+
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    name = "tab" if delimiter == "\t" else "comma"
+    start = 0
+    try:
+        header = [h.strip() for h in next(reader, [])]
+        if "text" not in header:
+            raise InputFileError(f"{path}:1: expected a header with a text column (and optionally category), got {header}")
+        rows = []
+        start = reader.line_num
+        for fields in reader:
+            if len(fields) > len(header):
+                raise InputFileError(f"{path}:{start + 1}: {len(fields)} fields, the header has {len(header)}: "
+                                     f"quote a text that holds a {name} (\"a{delimiter}b\")")
+            start = reader.line_num
+            row = dict(zip(header, fields))
+            rows.append(Message((row.get("text") or "").strip(), (row.get("category") or "").strip() or "unknown"))
+    except csv.Error as e:
+        raise InputFileError(f"{path}:{start + 1}: {e} (a quoted text ends with a quote; a quote inside it is written twice)") from None
+    return rows
 
 
 # --- a GRPO or RFT run's targets: held-out ones for evaluation, the rest for training ----------

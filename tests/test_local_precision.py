@@ -65,6 +65,20 @@ def test_the_cpu_kind_every_bench_reports(features, kind):
     assert cpu_kind(features) == kind
 
 
+def test_the_cpu_model_carries_its_family_and_model_numbers(tmp_path):
+    # Two AMD VMs both named "AMD EPYC" (Zen 1 and Zen 3) ran the same SFT step 2x apart.
+    from emojikit.support.cpu import cpu_model
+
+    zen1 = tmp_path / "zen1"
+    zen1.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n\n"
+                    "processor\t: 1\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n")
+    assert cpu_model(zen1) == "AMD EPYC (family 23, model 1)"  # the first CPU's block
+    bare = tmp_path / "bare"
+    bare.write_text("processor\t: 0\nmodel name\t: Some CPU\n")
+    assert cpu_model(bare) == "Some CPU"
+    assert cpu_model(tmp_path / "missing")  # platform's answer, never empty
+
+
 def test_a_bench_says_when_its_instruction_set_was_capped(monkeypatch):
     """An AVX512 CPU run with MKL and ATen capped at AVX2 stands in for an AVX2-only one; its
     figures must say so (the CPU's kind alone would name the wider unit)."""

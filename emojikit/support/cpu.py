@@ -45,14 +45,21 @@ def cpu_kind(features: Optional[set[str]] = None) -> str:
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's model name as Linux reports it (x86 "model name"), else what platform knows."""
+    """The CPU's model name as Linux reports it (x86 "model name", with its "cpu family" and
+    "model" numbers: a VM's name can be as bare as "AMD EPYC", which two generations share at
+    twice each other's speed), else what platform knows."""
     import platform
 
     try:
+        fields: dict[str, str] = {}
         for line in cpuinfo.read_text().splitlines():
+            if not line.strip():
+                break  # the first CPU's block
             key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                return value.strip()
+            fields.setdefault(key.strip(), value.strip())
+        if name := fields.get("model name"):
+            numbers = ", ".join(f"{label} {fields[key]}" for key, label in (("cpu family", "family"), ("model", "model")) if fields.get(key))
+            return f"{name} ({numbers})" if numbers else name
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"

@@ -60,7 +60,7 @@ def _read_table(path: Path, text: str, delimiter: str) -> list[Message]:
     from emojikit.api.errors import InputFileError
 
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
-    name = "tab" if delimiter == "\t" else "comma"
+    holds = "a tab" if delimiter == "\t" else 'a comma ("a,b")'
     start = 0
     try:
         header = [h.strip() for h in next(reader, [])]
@@ -71,7 +71,7 @@ def _read_table(path: Path, text: str, delimiter: str) -> list[Message]:
         for fields in reader:
             if len(fields) > len(header):
                 raise InputFileError(f"{path}:{start + 1}: {len(fields)} fields, the header has {len(header)}: "
-                                     f"quote a text that holds a {name} (\"a{delimiter}b\")")
+                                     f"quote a text that holds {holds}")
             start = reader.line_num
             row = dict(zip(header, fields))
             rows.append(Message((row.get("text") or "").strip(), (row.get("category") or "").strip() or "unknown"))

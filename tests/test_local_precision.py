@@ -72,7 +72,7 @@ def test_the_cpu_model_carries_its_family_and_model_numbers(tmp_path):
     zen1 = tmp_path / "zen1"
     zen1.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n\n"
                     "processor\t: 1\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n")
-    assert cpu_model(zen1) == "AMD EPYC (family 23, model 1)"  # the first CPU's block
+    assert cpu_model(zen1) == "AMD EPYC, family 23 model 1"  # the first CPU's block
     bare = tmp_path / "bare"
     bare.write_text("processor\t: 0\nmodel name\t: Some CPU\n")
     assert cpu_model(bare) == "Some CPU"

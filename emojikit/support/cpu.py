@@ -58,8 +58,9 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
             key, _, value = line.partition(":")
             fields.setdefault(key.strip(), value.strip())
         if name := fields.get("model name"):
-            numbers = ", ".join(f"{label} {fields[key]}" for key, label in (("cpu family", "family"), ("model", "model")) if fields.get(key))
-            return f"{name} ({numbers})" if numbers else name
+            # no parentheses of its own: the lines that print it add "(`cpu_kind` ..., N cores)"
+            numbers = " ".join(f"{label} {fields[key]}" for key, label in (("cpu family", "family"), ("model", "model")) if fields.get(key))
+            return f"{name}, {numbers}" if numbers else name
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"

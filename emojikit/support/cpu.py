@@ -12,17 +12,24 @@ from typing import Optional
 BF16_FEATURES = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 
-def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> Optional[set[str]]:
-    """The first CPU's feature flags (x86 "flags", Arm "Features"), or None where they cannot be read."""
+def _cpuinfo_fields(cpuinfo: Path) -> Optional[dict[str, str]]:
+    """Each key of /proc/cpuinfo with its first value (the first CPU's), or None where it cannot be read."""
     try:
         text = cpuinfo.read_text()
     except OSError:
         return None
+    fields: dict[str, str] = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return None
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> Optional[set[str]]:
+    """The first CPU's feature flags (x86 "flags", Arm "Features"), or None where they cannot be read."""
+    fields = _cpuinfo_fields(cpuinfo) or {}
+    flags = fields.get("flags", fields.get("Features"))
+    return None if flags is None else set(flags.split())
 
 
 def has_bf16_units(features: Optional[set[str]]) -> bool:
@@ -50,19 +57,11 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     twice each other's speed), else what platform knows."""
     import platform
 
-    try:
-        fields: dict[str, str] = {}
-        for line in cpuinfo.read_text().splitlines():
-            if not line.strip():
-                break  # the first CPU's block
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-        if name := fields.get("model name"):
-            # no parentheses of its own: the lines that print it add "(`cpu_kind` ..., N cores)"
-            numbers = " ".join(f"{label} {fields[key]}" for key, label in (("cpu family", "family"), ("model", "model")) if fields.get(key))
-            return f"{name}, {numbers}" if numbers else name
-    except OSError:
-        pass
+    fields = _cpuinfo_fields(cpuinfo) or {}
+    if name := fields.get("model name"):
+        # no parentheses of its own: the lines that print it add "(`cpu_kind` ..., N cores)"
+        numbers = " ".join(f"{label} {fields[key]}" for key, label in (("cpu family", "family"), ("model", "model")) if fields.get(key))
+        return f"{name}, {numbers}" if numbers else name
     return platform.processor() or platform.machine() or "unknown"
 
 

@@ -13,6 +13,7 @@ one of its nearest emoji by CLDR name (MiniLM).
 The same rules are read by the other reader too: a pun on one reader loses under the other.
 
     python bench/swap_headroom.py --targets recipes/targets/real-texts.jsonl --reader keywords --other retrieval
+    python bench/swap_headroom.py --reader lm-reader --other retrieval --other keywords   # the third reader's room
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", type=Path, default=ROOT / "recipes/targets/real-texts.jsonl")
     parser.add_argument("--reader", default="keywords")
-    parser.add_argument("--other", default="retrieval")
+    parser.add_argument("--other", action="append", default=None,
+                        help="A reader the rules are also read by (repeatable; default: retrieval).")
     parser.add_argument("--neighbours", type=int, default=8)
     parser.add_argument("--min-net", type=int, default=2, help="A rule is kept when it wins this many more messages than it loses where it is learned.")
     parser.add_argument("--learn-from", type=Path, default=None,
@@ -120,12 +122,15 @@ def main() -> None:
     texts = [m.text for m in messages]
     teacher = build_component("teacher", "lexicon", {}, BuildContext(seed=args.seed))
     answers = [a or "" for a in teacher.answer(messages)]
-    readers = {name: reader(name, texts, args.seed) for name in (args.reader, args.other)}
+    others = args.other or ["retrieval"]
+    readers = {name: reader(name, texts, args.seed) for name in dict.fromkeys([args.reader, *others])}
     if args.learn_from is not None:
         rows = [json.loads(line) for line in args.learn_from.read_text(encoding="utf-8").splitlines()[: args.learn_n]]
         learn_texts = [r["messages"][1]["content"] for r in rows]
         learn_answers = [r["messages"][2]["content"] for r in rows]
         learn_judge = reader(args.reader, learn_texts, args.seed)
+        if hasattr(learn_judge, "_meanings"):  # lm-reader: the model names each emoji once for both pools
+            learn_judge._meanings = readers[args.reader]._meanings
         learned_on, new = f"{len(learn_texts)} chats of {args.learn_from}", list(range(len(texts)))
     else:
         half = len(texts) // 2
@@ -140,7 +145,7 @@ def main() -> None:
         rules, _ = learn_rules(learn_judge, learn_texts, learn_answers, near, args.min_net)
     _, fixable = learn_rules(readers[args.reader], texts, answers, near, args.min_net)
     swapped = [apply_rules(a, rules) for a in answers]
-    result = {"machine": machine(), "targets": len(texts), "reader": args.reader, "other": args.other, "rules learned on": learned_on,
+    result = {"machine": machine(), "targets": len(texts), "reader": args.reader, "other": others, "rules learned on": learned_on,
               "rules": len(rules), "rules_sample": [f"{a}->{b}" for a, b in list(rules.items())[:12]],
               "answers the rules change (new messages)": sum(swapped[i] != answers[i] for i in new)}
     for name, judge in readers.items():

@@ -10,7 +10,7 @@ one of its nearest emoji by CLDR name (MiniLM).
   than they lose there. They are applied to every answer of half B, and the result is scored on B: a gain that carries
   to new messages is what RL would have to learn.
 
-The same rules are read by the other reader too: a pun on one reader loses under the other.
+The same rules are read by the other readers too (--other): a pun on one reader loses under the others.
 
     python bench/swap_headroom.py --targets recipes/targets/real-texts.jsonl --reader keywords --other retrieval
     python bench/swap_headroom.py --reader lm-reader --other retrieval --other keywords   # the third reader's room
